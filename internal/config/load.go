@@ -1,0 +1,127 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
+)
+
+// InvalidError says a config file exists but cannot be used; it is invalid
+// input (exit code 2), unlike a file that cannot be read at all.
+type InvalidError struct {
+	File string
+	Err  error // DecodeErrors or ValidationErrors
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("config %s is invalid:\n%s", e.File, indent(e.Err.Error()))
+}
+
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+func indent(s string) string {
+	out := "  "
+	for i := 0; i < len(s); i++ {
+		out += string(s[i])
+		if s[i] == '\n' && i < len(s)-1 {
+			out += "  "
+		}
+	}
+	return out
+}
+
+// Parse decodes, defaults, validates and normalises a document. file is
+// only used in error messages.
+func Parse(file string, data []byte) (*Config, error) {
+	c, err := Decode(data)
+	if err != nil {
+		return nil, &InvalidError{File: file, Err: err}
+	}
+	ApplyDefaults(c)
+	if errs := Validate(c); len(errs) > 0 {
+		return nil, &InvalidError{File: file, Err: errs}
+	}
+	if c.Node.Kubelet.ClusterFQDN != "" {
+		// Validate accepted it, so this cannot fail.
+		c.Node.Kubelet.ClusterFQDN, _ = ServerURL(c.Node.Kubelet.ClusterFQDN)
+	}
+	return c, nil
+}
+
+// Load reads and parses the config file at path (a host path already mapped
+// to this process's view).
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Layout resolves the layout this config declares, on root.
+func (c *Config) Layout(root, configFile string) (layout.Layout, error) {
+	l, err := layout.New(root, c.Agent.HostPrefix, c.Agent.LogDir)
+	if err != nil {
+		return layout.Layout{}, fmt.Errorf("agent.hostPrefix: %w", err)
+	}
+	if configFile != "" {
+		l.ConfigFile = configFile
+	}
+	return l, nil
+}
+
+// LookupLayout is the one way entry points started by systemd (the agent
+// daemon, the recovery path) find the layout: they cannot inherit the prefix
+// from the environment that ran bootstrap, so they read this project's own
+// config. An absent or unreadable config yields the default layout, which is
+// what a host installed before the prefix existed has on disk; the reason is
+// logged at info level so the fallback is never silent. A config that is
+// present but invalid is an error naming the file: guessing there could run
+// the wrong binary.
+func LookupLayout(root, configFile string, log *slog.Logger) (layout.Layout, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	l, err := layout.New(root, "", "")
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	l.ConfigFile = configFile
+	data, err := os.ReadFile(l.OnRoot(configFile))
+	if err != nil {
+		reason := "unreadable"
+		if errors.Is(err, fs.ErrNotExist) {
+			reason = "absent"
+		}
+		log.Info("config "+reason+"; using the default layout", "config", configFile, "prefix", "", "binDir", l.BinDir, "error", err)
+		return l, nil
+	}
+	c, err := Parse(configFile, data)
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	return c.Layout(root, configFile)
+}
+
+// Redacted returns a deep copy with every secret replaced, for display.
+func (c *Config) Redacted() *Config {
+	data, _ := json.Marshal(c)
+	var out Config
+	_ = json.Unmarshal(data, &out)
+	const r = "<redacted>"
+	if out.Azure.BootstrapToken != nil && out.Azure.BootstrapToken.Token != "" {
+		// The token ID is public (it names the Secret); only the secret half is hidden.
+		id, _, _ := strings.Cut(out.Azure.BootstrapToken.Token, ".")
+		out.Azure.BootstrapToken.Token = id + "." + r
+	}
+	if out.Azure.ServicePrincipal != nil && out.Azure.ServicePrincipal.ClientSecret != "" {
+		out.Azure.ServicePrincipal.ClientSecret = r
+	}
+	return &out
+}

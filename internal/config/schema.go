@@ -1,0 +1,108 @@
+// Package config owns the public JSON configuration of aks-flex-node: its
+// schema, strict decoding, defaults, validation, and the lookup that entry
+// points started by systemd use to find the layout.
+package config
+
+// Config is the whole configuration file. JSON names are public API: users
+// already have files with these section and key names.
+type Config struct {
+	Azure      Azure      `json:"azure"`
+	Agent      Agent      `json:"agent"`
+	Components Components `json:"components"`
+	Bootstrap  Bootstrap  `json:"bootstrap"`
+	Networking Networking `json:"networking"`
+	Node       Node       `json:"node"`
+	NPD        NPD        `json:"npd"`
+}
+
+type Azure struct {
+	SubscriptionID          string            `json:"subscriptionId,omitempty"`
+	TenantID                string            `json:"tenantId,omitempty"`
+	Cloud                   string            `json:"cloud,omitempty"`
+	ResourceManagerEndpoint string            `json:"resourceManagerEndpoint,omitempty"`
+	TargetAgentPoolName     string            `json:"targetAgentPoolName,omitempty"`
+	BootstrapToken          *BootstrapToken   `json:"bootstrapToken,omitempty"`
+	ManagedIdentity         *ManagedIdentity  `json:"managedIdentity,omitempty"`
+	ServicePrincipal        *ServicePrincipal `json:"servicePrincipal,omitempty"`
+	Arc                     *Arc              `json:"arc,omitempty"`
+	TargetCluster           TargetCluster     `json:"targetCluster"`
+}
+
+type BootstrapToken struct {
+	Token string `json:"token"`
+}
+
+type ManagedIdentity struct {
+	ClientID string `json:"clientId,omitempty"`
+}
+
+type ServicePrincipal struct {
+	TenantID     string `json:"tenantId"`
+	ClientID     string `json:"clientId"`
+	ClientSecret string `json:"clientSecret"`
+}
+
+type Arc struct {
+	Enabled       bool              `json:"enabled"`
+	MachineName   string            `json:"machineName,omitempty"`
+	ResourceGroup string            `json:"resourceGroup,omitempty"`
+	Location      string            `json:"location,omitempty"`
+	Tags          map[string]string `json:"tags,omitempty"`
+}
+
+type TargetCluster struct {
+	ResourceID string `json:"resourceId,omitempty"`
+	Location   string `json:"location,omitempty"`
+}
+
+type Agent struct {
+	LogLevel                 string `json:"logLevel"`
+	LogDir                   string `json:"logDir"`
+	NodeName                 string `json:"nodeName"`
+	MachineReconcileInterval string `json:"machineReconcileInterval"`
+	// HostPrefix is the declared install prefix. Empty selects the classic
+	// /usr/local layout; it is never inferred from the host.
+	HostPrefix string `json:"hostPrefix"`
+}
+
+type Components struct {
+	Kubernetes   string `json:"kubernetes"`
+	Containerd   string `json:"containerd"`
+	Runc         string `json:"runc"`
+	SandboxImage string `json:"sandboxImage"`
+}
+
+type Bootstrap struct {
+	OCIImage              string           `json:"ociImage,omitempty"`
+	OfflineArtifacts      OfflineArtifacts `json:"offlineArtifacts"`
+	AdditionalHostDevices []string         `json:"additionalHostDevices,omitempty"`
+}
+
+type OfflineArtifacts struct {
+	Source string `json:"source,omitempty"`
+}
+
+type Networking struct {
+	DNSServiceIP string `json:"dnsServiceIP"`
+	CNIVersion   string `json:"cniVersion"`
+}
+
+type Node struct {
+	MaxPods int               `json:"maxPods"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Taints  []string          `json:"taints,omitempty"`
+	Kubelet Kubelet           `json:"kubelet"`
+}
+
+type Kubelet struct {
+	ClusterFQDN          string `json:"clusterFQDN,omitempty"`
+	CACertData           string `json:"caCertData,omitempty"`
+	NodeIP               string `json:"nodeIP,omitempty"`
+	Verbosity            *int   `json:"verbosity,omitempty"`
+	ImageGCHighThreshold int    `json:"imageGCHighThreshold"`
+	ImageGCLowThreshold  int    `json:"imageGCLowThreshold"`
+}
+
+type NPD struct {
+	Version string `json:"version"`
+}
