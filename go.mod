@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/google/renameio/v2 v2.0.2
 	github.com/spf13/cobra v1.10.2
 )
 

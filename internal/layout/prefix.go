@@ -64,6 +64,20 @@ func ValidatePrefix(p string) error {
 	if p == "" {
 		return nil
 	}
+	if err := validateSyntax(p); err != nil {
+		return err
+	}
+	for _, root := range forbiddenRoots {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			return &PrefixError{Prefix: p, Offset: -1, Reason: fmt.Sprintf("it is under %s, which is not persistent host storage", root)}
+		}
+	}
+	return nil
+}
+
+// validateSyntax is the character-level half of the rule, shared with
+// ValidateUnitPath.
+func validateSyntax(p string) error {
 	bad := func(off int, format string, args ...any) error {
 		return &PrefixError{Prefix: p, Offset: off, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -106,11 +120,6 @@ func ValidatePrefix(p string) error {
 		}
 		start = end + 1
 	}
-	for _, root := range forbiddenRoots {
-		if p == root || strings.HasPrefix(p, root+"/") {
-			return bad(-1, "it is under %s, which is not persistent host storage", root)
-		}
-	}
 	return nil
 }
 
@@ -119,4 +128,18 @@ func describeByte(c byte) string {
 		return fmt.Sprintf("'%c'", c)
 	}
 	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+// ValidateUnitPath checks a path that is not a prefix but is interpolated
+// into units and scripts the same way (the config file path): same
+// character rule, without the forbidden-root restriction, since a config
+// file may live anywhere the operator keeps it.
+func ValidateUnitPath(p string) error {
+	if p == "" {
+		return &PrefixError{Prefix: p, Offset: -1, Reason: "it is empty"}
+	}
+	if err := validateSyntax(p); err != nil {
+		return err
+	}
+	return nil
 }

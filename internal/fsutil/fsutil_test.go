@@ -1,0 +1,64 @@
+package fsutil
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestWriteFileAtomicAndIdempotent(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a", "b", "unit.service")
+	changed, err := WriteFile(p, []byte("x"), 0o644)
+	if err != nil || !changed {
+		t.Fatalf("first write: %v %v", changed, err)
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644 despite umask 077", fi.Mode().Perm())
+	}
+	di, _ := os.Stat(filepath.Join(dir, "a"))
+	if di.Mode().Perm() != 0o755 {
+		t.Errorf("dir mode %v, want 0755 despite umask 077", di.Mode().Perm())
+	}
+	before := fi.ModTime()
+	changed, err = WriteFile(p, []byte("x"), 0o644)
+	if err != nil || changed {
+		t.Fatalf("same content rewritten: %v %v", changed, err)
+	}
+	if fi2, _ := os.Stat(p); !fi2.ModTime().Equal(before) {
+		t.Error("file touched on a converged write")
+	}
+	if changed, _ := WriteFile(p, []byte("x"), 0o600); !changed {
+		t.Error("mode change not applied")
+	}
+	if changed, _ := WriteFile(p, []byte("y"), 0o600); !changed {
+		t.Error("content change not applied")
+	}
+	entries, _ := os.ReadDir(filepath.Dir(p))
+	if len(entries) != 1 {
+		t.Errorf("temp files left behind: %v", entries)
+	}
+}
+
+func TestRemoveIfExists(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if removed, err := RemoveIfExists(p); removed || err != nil {
+		t.Fatalf("missing: %v %v", removed, err)
+	}
+	_ = os.WriteFile(p, nil, 0o600)
+	if removed, err := RemoveIfExists(p); !removed || err != nil {
+		t.Fatalf("present: %v %v", removed, err)
+	}
+}
+
+func TestMkdirAllRejectsFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	_ = os.WriteFile(p, nil, 0o600)
+	if err := MkdirAll(p, 0o755); err == nil {
+		t.Fatal("MkdirAll over a file succeeded")
+	}
+}

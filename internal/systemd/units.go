@@ -1,0 +1,46 @@
+// Package systemd owns the unit files aks-flex-node installs and the calls
+// to systemctl that load, enable, start and stop them.
+package systemd
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
+)
+
+// AgentUnit renders aks-flex-node-agent.service for a layout. The paths are
+// interpolated unquoted; that is safe only because layout.ValidatePrefix and
+// layout.ValidateUnitPath admit no byte systemd treats specially, which is
+// why both are checked here again rather than trusted.
+func AgentUnit(l layout.Layout) (string, error) {
+	if err := layout.ValidatePrefix(l.Prefix); err != nil {
+		return "", fmt.Errorf("render %s: %w", layout.AgentUnitName, err)
+	}
+	if err := layout.ValidateUnitPath(l.ConfigFile); err != nil {
+		return "", fmt.Errorf("render %s: config path: %w", layout.AgentUnitName, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by aks-flex-node; changes are overwritten.
+[Unit]
+Description=AKS Flex Node agent
+Documentation=https://github.com/Azure/aks-flex-node
+After=network-online.target
+Wants=network-online.target
+# Five failed starts in ten minutes stop the restart loop: by then a human
+# (or the recovery unit) has to look, and hammering the host helps nobody.
+StartLimitIntervalSec=600
+StartLimitBurst=5
+
+[Service]
+Type=simple
+ExecStart=%s agent --config %s
+Restart=on-failure
+RestartSec=5s
+TimeoutStopSec=30s
+
+[Install]
+WantedBy=multi-user.target
+`, l.AgentBinary, l.ConfigFile)
+	return b.String(), nil
+}
