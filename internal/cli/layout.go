@@ -16,6 +16,7 @@ func newLayoutCommand() *cobra.Command {
 		Long: `Print the resolved layout: every agent-owned host path derived from
 agent.hostPrefix. With --config the prefix comes from the config file; without
 it, from --prefix (validated by the same rule; empty selects /usr/local).
+--config is a host path; with --root it is read under that root.
 
 --get KEY prints one bare value (for scripts), e.g. --get binDir.
 --check-bin-dir DIR exits 0 when DIR is a bin dir of some valid layout
@@ -39,7 +40,7 @@ it, from --prefix (validated by the same rule; empty selects /usr/local).
 			}
 			var l layout.Layout
 			if cmd.Flags().Changed("config") {
-				c, err := loadConfig(path)
+				c, err := loadConfig(mapConfigPath(root, path))
 				if err != nil {
 					return err
 				}

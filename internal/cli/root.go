@@ -91,6 +91,7 @@ Agent-owned files live under the install prefix declared in the config
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Flag parse errors are usage errors: exit 2, not 1.
@@ -101,6 +102,10 @@ Agent-owned files live under the install prefix declared in the config
 		newVersionCommand(),
 		newConfigCommand(),
 		newLayoutCommand(),
+		newHostCommand(),
+		newInstallServiceCommand(),
+		newUninstallServiceCommand(),
+		newAgentCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
@@ -149,4 +154,17 @@ func logger(w io.Writer, level slog.Level) *slog.Logger {
 		}
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// levelOf maps agent.logLevel to a slog level.
+func levelOf(c *config.Config) slog.Level {
+	switch c.Agent.LogLevel {
+	case "debug":
+		return slog.LevelDebug
+	case "warning":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }

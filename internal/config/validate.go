@@ -437,3 +437,10 @@ func DecodeCACerts(s string) ([]*x509.Certificate, error) {
 	}
 	return certs, nil
 }
+
+// CAPEM returns node.kubelet.caCertData decoded: the PEM bundle. Validation
+// has already proven it decodes; an unset value yields nil.
+func (c *Config) CAPEM() []byte {
+	data, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(c.Node.Kubelet.CACertData))
+	return data
+}

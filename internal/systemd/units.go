@@ -37,6 +37,8 @@ Type=simple
 ExecStart=%s agent --config %s
 Restart=on-failure
 RestartSec=5s
+# Exit code 2 is invalid input (a bad config): restarting cannot fix it.
+RestartPreventExitStatus=2
 TimeoutStopSec=30s
 
 [Install]

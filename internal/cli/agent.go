@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/daemon"
+	"github.com/Azure/aks-flex-node/internal/kubeapi"
+)
+
+func newAgentCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the long-running agent (started by aks-flex-node-agent.service)",
+		Long: `Run the agent in the foreground until SIGTERM. It waits, with backoff,
+for the config file and for the API server rather than exiting, so systemd's
+start limit is never reached because a cluster is not yet reachable. An
+invalid config exits 2, which the unit does not restart.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			log := logger(cmd.ErrOrStderr(), 0)
+			c, err := waitForConfig(ctx, path, log)
+			if err != nil {
+				return err
+			}
+			if c == nil {
+				return nil // stopped while waiting
+			}
+			log = logger(cmd.ErrOrStderr(), levelOf(c))
+			l, err := c.Layout("/", path)
+			if err != nil {
+				return invalid(err)
+			}
+			interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
+			a := &daemon.Agent{Config: c, Layout: l, Log: log, Interval: interval}
+			if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
+				client, err := kubeapi.New(srv, c.CAPEM(), 10*time.Second)
+				if err != nil {
+					return invalid(fmt.Errorf("node.kubelet.caCertData: %w", err))
+				}
+				a.WaitFor = "API server " + srv
+				a.Ready = client.Reachable
+			}
+			return a.Run(ctx)
+		},
+	}
+	addConfigFlag(cmd, &path)
+	return cmd
+}
+
+// waitForConfig waits for the config file to appear: a unit started before
+// Ignition or an operator put the file in place should wait, not crash-loop.
+// nil, nil means the agent was stopped while waiting.
+func waitForConfig(ctx context.Context, path string, log interface {
+	Info(string, ...any)
+}) (*config.Config, error) {
+	backoff := time.Second
+	for {
+		c, err := config.Load(path)
+		if err == nil {
+			return c, nil
+		}
+		var ie *config.InvalidError
+		if errors.As(err, &ie) {
+			return nil, invalid(err)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		log.Info("waiting", "for", "config file "+path, "error", err, "retry-in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/systemd"
+)
+
+func newInstallServiceCommand() *cobra.Command {
+	var path, root string
+	cmd := &cobra.Command{
+		Use:   "install-service",
+		Short: "Write, enable and start aks-flex-node-agent.service for the config's layout",
+		Long: `Render aks-flex-node-agent.service into /etc/systemd/system with
+ExecStart=<layout agentBinary> agent --config <config>, reload systemd, enable
+and start it. Re-running on an installed host changes nothing.
+
+--config is a host path; with --root it is read under that root, and the unit
+is written and enabled in that tree only (image baking).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := layout.ValidateUnitPath(path); err != nil {
+				return invalidf("--config: %w", err)
+			}
+			c, err := loadConfig(mapConfigPath(root, path))
+			if err != nil {
+				return err
+			}
+			l, err := c.Layout(root, path)
+			if err != nil {
+				return invalid(err)
+			}
+			log := logger(cmd.ErrOrStderr(), levelOf(c))
+			changed, err := systemd.InstallAgentService(cmd.Context(), l, systemd.NewManager(root), log)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s installed (changed=%t): ExecStart=%s agent --config %s\n", layout.AgentUnitName, changed, l.AgentBinary, path)
+			return nil
+		},
+	}
+	addConfigFlag(cmd, &path)
+	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
+	return cmd
+}
+
+func newUninstallServiceCommand() *cobra.Command {
+	var path, root string
+	cmd := &cobra.Command{
+		Use:   "uninstall-service",
+		Short: "Stop, disable and remove aks-flex-node-agent.service",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger(cmd.ErrOrStderr(), 0)
+			// The unit dir does not depend on the prefix, but read the
+			// config the way every systemd-facing entry point does.
+			l, err := config.LookupLayout(root, path, log)
+			if err != nil {
+				return invalid(err)
+			}
+			removed, err := systemd.UninstallAgentService(cmd.Context(), l, systemd.NewManager(root), log)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s removed (changed=%t)\n", layout.AgentUnitName, removed)
+			return nil
+		},
+	}
+	addConfigFlag(cmd, &path)
+	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
+	return cmd
+}
+
+// mapConfigPath turns a host path given on the command line into the path
+// this process opens when it works on another root.
+func mapConfigPath(root, path string) string {
+	l, err := layout.New(root, "", "")
+	if err != nil {
+		return path
+	}
+	return l.OnRoot(path)
+}

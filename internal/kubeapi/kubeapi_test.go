@@ -1,0 +1,108 @@
+package kubeapi
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func server(t *testing.T, h http.HandlerFunc) (*httptest.Server, []byte) {
+	t.Helper()
+	s := httptest.NewTLSServer(h)
+	t.Cleanup(s.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+	return s, ca
+}
+
+func review(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer abcdef.0123456789abcdef" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"userInfo": map[string]any{"username": "system:bootstrap:abcdef", "groups": []string{"system:bootstrappers"}}}})
+}
+
+func TestReachableAndToken(t *testing.T) {
+	s, ca := server(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
+			review(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusForbidden) // still proves it is the right server
+	})
+	c, err := New(s.URL, ca, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Reachable(ctx); err != nil {
+		t.Fatalf("Reachable: %v", err)
+	}
+	if err := c.CheckBootstrapToken(ctx, "abcdef.0123456789abcdef"); err != nil {
+		t.Fatalf("good token: %v", err)
+	}
+	err = c.CheckBootstrapToken(ctx, "abcdef.ffffffffffffffff")
+	if !errors.Is(err, ErrTokenRejected) || strings.Contains(err.Error(), "ffffffffffffffff") || !strings.Contains(err.Error(), "abcdef") {
+		t.Fatalf("bad token: %v", err)
+	}
+}
+
+func TestWrongCA(t *testing.T) {
+	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {})
+	// httptest servers all share one certificate, so the wrong CA must be
+	// a genuinely unrelated one.
+	c2, err := New(s.URL, []byte(unrelatedCA), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Reachable(context.Background()); !errors.Is(err, ErrUntrusted) {
+		t.Fatalf("wrong CA: %v", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	s, ca := server(t, func(w http.ResponseWriter, r *http.Request) {})
+	url := s.URL
+	s.Close()
+	c, _ := New(url, ca, 2*time.Second)
+	err := c.Reachable(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), url) {
+		t.Fatalf("closed server: %v", err)
+	}
+}
+
+func TestWrongIdentity(t *testing.T) {
+	s, ca := server(t, func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"userInfo": map[string]any{"username": "system:anonymous"}}})
+	})
+	c, _ := New(s.URL, ca, 5*time.Second)
+	if err := c.CheckBootstrapToken(context.Background(), "abcdef.0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "system:anonymous") {
+		t.Fatalf("wrong identity: %v", err)
+	}
+}
+
+func TestNoCA(t *testing.T) {
+	if _, err := New("https://127.0.0.1:1", []byte("nope"), time.Second); err == nil {
+		t.Fatal("accepted an empty CA")
+	}
+}
+
+// unrelatedCA is a self-signed certificate that signed nothing here.
+const unrelatedCA = `-----BEGIN CERTIFICATE-----
+MIIBjzCCATWgAwIBAgIUZUoCPi0L4wfoRxO5ghPVYrwHe1gwCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZXhhbXBsZS1jbHVzdGVyLWNhMB4XDTI2MTIwMjE3MTIyOVoX
+DTM2MTEyOTE3MTIyOVowHTEbMBkGA1UEAwwSZXhhbXBsZS1jbHVzdGVyLWNhMFkw
+EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEt4L5BA8fdDnSELMFoH0+iGSVFKsyloXh
+QI3dlqIB3khQinCUdSFV5BREJYyLdPgQQzLW9H+hR1PRqQyhmfUst6NTMFEwHQYD
+VR0OBBYEFBFejmk82R3GniytVZJ3YgncedYsMB8GA1UdIwQYMBaAFBFejmk82R3G
+niytVZJ3YgncedYsMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIg
+VlHa/dj78A6QsrlU8Igm5Mt9hZsXQeUPettuOuFwtewCIQCmFVYiyQG3pdiANm0n
+W+9phgRAWwkofXqfcy2ycAowVA==
+-----END CERTIFICATE-----
+`
