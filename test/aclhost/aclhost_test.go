@@ -1,0 +1,514 @@
+package aclhost
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const probeUnit = `[Unit]
+Description=aclhost probe service
+
+[Service]
+Type=simple
+ExecStart=/bin/sleep infinity
+`
+
+const probeOneshot = `[Unit]
+Description=aclhost probe oneshot
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'mkdir -p /var/lib/aclhost-probe && echo ok >/var/lib/aclhost-probe/ran'
+`
+
+func TestACLHostBoots(t *testing.T) {
+	RequireE2E(t)
+	for _, v := range []Variant{ACL, Debian} {
+		t.Run(string(v), func(t *testing.T) { testBoot(t, v) })
+	}
+}
+
+func testBoot(t *testing.T, v Variant) {
+	ctx := context.Background()
+	h, err := Start(ctx, t, Options{Variant: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.BuildTime > 0 {
+		t.Logf("cold rootfs build took %s", h.BuildTime.Round(time.Second))
+	}
+	t.Logf("start to running took %s", h.BootTime.Round(time.Millisecond))
+
+	if got := strings.TrimSpace(h.RunOK(t, "cat", "/proc/1/comm")); got != "systemd" {
+		t.Errorf("PID 1 inside is %q, want systemd", got)
+	}
+	state, _, _ := h.Run(ctx, "systemctl", "is-system-running")
+	if s := strings.TrimSpace(state); s != "running" && s != "degraded" {
+		t.Errorf("systemctl is-system-running = %q", s)
+	}
+	if got := strings.TrimSpace(h.RunOK(t, "hostname")); got != h.Name() {
+		t.Errorf("hostname = %q, want %q", got, h.Name())
+	}
+
+	usrOpts := mountOptions(t, h, "/usr")
+	_, stderr, touchErr := h.Run(ctx, "touch", "/usr/aclhost-probe")
+	switch v {
+	case ACL:
+		if touchErr == nil || !strings.Contains(stderr, "Read-only file system") {
+			t.Errorf("touch /usr/aclhost-probe on ACL: err=%v stderr=%q, want EROFS", touchErr, stderr)
+		}
+		if !strings.HasPrefix(usrOpts, "ro") {
+			t.Errorf("/usr mount options %q, want ro", usrOpts)
+		}
+	case Debian:
+		if touchErr != nil {
+			t.Errorf("touch /usr/aclhost-probe on Debian: %v", touchErr)
+		}
+		h.RunOK(t, "rm", "/usr/aclhost-probe")
+		h.RunOK(t, "touch", "/usr/local/bin/x")
+	}
+	for _, dir := range []string{"/opt", "/etc", "/var/lib"} {
+		p := dir + "/aclhost-writable"
+		h.RunOK(t, "touch", p)
+		h.RunOK(t, "rm", p)
+	}
+
+	osRelease := h.RunOK(t, "cat", "/etc/os-release", "/usr/lib/os-release")
+	hasPM := func(bin string) bool {
+		_, _, err := h.Shell(ctx, "command -v "+bin)
+		return err == nil
+	}
+	switch v {
+	case ACL:
+		if n := strings.Count(osRelease, "VARIANT_ID=azurecontainerlinux"); n != 2 {
+			t.Errorf("/etc/os-release + /usr/lib/os-release have VARIANT_ID=azurecontainerlinux %d times, want 2:\n%s", n, osRelease)
+		}
+		for _, bin := range []string{"apt-get", "apt", "dpkg"} {
+			if hasPM(bin) {
+				t.Errorf("%s is present on the ACL host", bin)
+			}
+		}
+	case Debian:
+		if !strings.Contains(osRelease, "ID=debian") {
+			t.Errorf("Debian os-release:\n%s", osRelease)
+		}
+		if !hasPM("apt-get") || !hasPM("dpkg") {
+			t.Errorf("apt-get/dpkg missing on the Debian host")
+		}
+	}
+
+	if err := h.WriteFile("/usr/local/bin/planted", []byte("x"), 0o755); err == nil {
+		t.Errorf("WriteFile under /usr succeeded; tests must not plant files there")
+	}
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CopyIn(src, "/usr/lib/x", 0o644); err == nil {
+		t.Errorf("CopyIn under /usr succeeded")
+	}
+
+	usrBefore, err := h.Snapshot("/usr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcBefore, err := h.Snapshot("/etc")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.WriteFile("/etc/systemd/system/aclhost-probe.service", []byte(probeUnit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.WriteFile("/etc/systemd/system/aclhost-probe-oneshot.service", []byte(probeOneshot), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CopyIn(src, "/opt/aclhost/hello", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.RunOK(t, "stat", "-c", "%a %s", "/opt/aclhost/hello"); strings.TrimSpace(got) != "600 6" {
+		t.Errorf("copied file: %q", got)
+	}
+	h.RunOK(t, "systemd-analyze", "verify", "/etc/systemd/system/aclhost-probe.service", "/etc/systemd/system/aclhost-probe-oneshot.service")
+	h.RunOK(t, "systemctl", "daemon-reload")
+	h.RunOK(t, "systemctl", "start", "aclhost-probe.service", "aclhost-probe-oneshot.service")
+	for _, u := range []string{"aclhost-probe.service", "aclhost-probe-oneshot.service"} {
+		if got := strings.TrimSpace(h.RunOK(t, "systemctl", "is-active", u)); got != "active" {
+			t.Errorf("%s is %q", u, got)
+		}
+	}
+	if got := strings.TrimSpace(h.RunOK(t, "cat", "/var/lib/aclhost-probe/ran")); got != "ok" {
+		t.Errorf("oneshot output %q", got)
+	}
+	if j := h.Journal(ctx); !strings.Contains(j, "aclhost probe service") {
+		t.Errorf("journal does not mention the probe unit:\n%s", j)
+	}
+
+	usrAfter, err := h.Snapshot("/usr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Diff(usrBefore, usrAfter); len(d) > 0 {
+		t.Errorf("/usr changed:\n%s", strings.Join(d, "\n"))
+	}
+	etcAfter, err := h.Snapshot("/etc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEtc := map[string]bool{
+		"+ /etc/systemd/system/aclhost-probe.service":         true,
+		"+ /etc/systemd/system/aclhost-probe-oneshot.service": true,
+	}
+	for _, d := range Diff(etcBefore, etcAfter) {
+		key := strings.Join(strings.Fields(d)[:2], " ")
+		if !wantEtc[key] {
+			t.Errorf("unexpected /etc change: %s", d)
+		}
+		delete(wantEtc, key)
+	}
+	for k := range wantEtc {
+		t.Errorf("missing /etc change: %s", k)
+	}
+
+	changes, err := h.ChangeSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range changes {
+		seen[c.Path] = true
+		if strings.HasPrefix(c.Path, "/usr/") && !(v == Debian && c.Path == "/usr/local/bin/x") {
+			t.Errorf("host wrote under /usr: %s", c)
+		}
+	}
+	for _, p := range []string{"/etc/systemd/system/aclhost-probe.service", "/opt/aclhost/hello", "/var/lib/aclhost-probe/ran"} {
+		if !seen[p] {
+			t.Errorf("Changes() lacks %s", p)
+		}
+	}
+	if v == Debian && !seen["/usr/local/bin/x"] {
+		t.Errorf("Changes() lacks /usr/local/bin/x on Debian")
+	}
+	if t.Failed() {
+		for _, c := range changes {
+			t.Log(c)
+		}
+	}
+
+	start := time.Now()
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stop took %s", time.Since(start).Round(time.Millisecond))
+	assertGone(t, h)
+}
+
+// mountOptions returns the per-mount options of the mount at target inside h.
+func mountOptions(t *testing.T, h *Host, target string) string {
+	t.Helper()
+	mps, err := parseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ""
+	for _, m := range mps {
+		if m.Target == target {
+			opts = m.Options // the last one is the one on top
+		}
+	}
+	if opts == "" && target == "/usr" && h.Variant() == ACL {
+		t.Fatalf("no %s mount inside the ACL host", target)
+	}
+	return opts
+}
+
+func assertGone(t *testing.T, h *Host) {
+	t.Helper()
+	if err := syscall.Kill(h.leader, 0); err == nil {
+		t.Errorf("init %d still alive after Stop", h.leader)
+	}
+	if _, err := os.Stat(h.dir); !os.IsNotExist(err) {
+		t.Errorf("temp dir %s still there: %v", h.dir, err)
+	}
+	if mps, _ := mountsBelow(h.dir); len(mps) > 0 {
+		t.Errorf("still mounted: %v", mps)
+	}
+	if h.cgroups != nil && len(h.cgroups.dirs) > 0 {
+		t.Errorf("cgroups left: %v", h.cgroups.dirs)
+	}
+}
+
+func TestTwoHostsAtOnce(t *testing.T) {
+	RequireE2E(t)
+	if _, err := EnsureRootfs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hosts := make([]*Host, 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, v := range []Variant{ACL, ACL} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hosts[i], errs[i] = Start(context.Background(), t, Options{Variant: v, Name: "pair"})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := hosts[0], hosts[1]
+	if a.Name() == b.Name() {
+		t.Fatalf("both hosts are named %s", a.Name())
+	}
+	a.ShellOK(t, "echo a >/etc/which")
+	if _, _, err := b.Run(context.Background(), "cat", "/etc/which"); err == nil {
+		t.Errorf("file written in %s is visible in %s", a.Name(), b.Name())
+	}
+	// Each host's systemd manages only its own cgroup tree: stopping a unit
+	// of the same name in one must not touch the other's.
+	for _, h := range hosts {
+		if err := h.WriteFile("/etc/systemd/system/pair.service", []byte(probeUnit), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h.RunOK(t, "systemctl", "daemon-reload")
+		h.RunOK(t, "systemctl", "start", "pair.service")
+	}
+	a.RunOK(t, "systemctl", "stop", "pair.service")
+	if got := strings.TrimSpace(b.RunOK(t, "systemctl", "is-active", "pair.service")); got != "active" {
+		t.Errorf("stopping pair.service in %s left it %q in %s", a.Name(), got, b.Name())
+	}
+	for _, h := range hosts {
+		if err := h.Stop(); err != nil {
+			t.Error(err)
+		}
+		assertGone(t, h)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "etc/sub"), 0o755))
+	must(os.MkdirAll(filepath.Join(root, "var/log/journal/x"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "etc/a"), []byte("a"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "var/log/journal/x/j"), []byte("j"), 0o644))
+	must(os.Symlink("a", filepath.Join(root, "etc/l")))
+	before, err := SnapshotDir(root, DefaultExcludes, "/etc", "/var", "/missing")
+	must(err)
+	if _, ok := before["/var/log/journal/x/j"]; ok {
+		t.Errorf("journal not excluded")
+	}
+	if d := Diff(before, before); len(d) != 0 {
+		t.Errorf("Diff(a, a) = %v", d)
+	}
+	must(os.WriteFile(filepath.Join(root, "etc/a"), []byte("b"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "etc/sub/new"), nil, 0o600))
+	must(os.Remove(filepath.Join(root, "etc/l")))
+	must(os.WriteFile(filepath.Join(root, "var/log/journal/x/j"), []byte("jj"), 0o644))
+	after, err := SnapshotDir(root, DefaultExcludes, "/etc", "/var")
+	must(err)
+	d := Diff(before, after)
+	want := []string{"~ /etc/a:", "- /etc/l ", "+ /etc/sub/new "}
+	if len(d) != len(want) {
+		t.Fatalf("Diff = %q, want %d entries", d, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(d[i], want[i]) {
+			t.Errorf("Diff[%d] = %q, want prefix %q", i, d[i], want[i])
+		}
+	}
+}
+
+func TestCheckTarget(t *testing.T) {
+	for _, p := range []string{"/usr", "/usr/local/bin/x", "/usr/../usr/lib/x", "relative", "/"} {
+		if _, err := checkTarget(p); err == nil {
+			t.Errorf("checkTarget(%q) accepted", p)
+		}
+	}
+	for _, p := range []string{"/opt/x", "/etc/systemd/system/a.service", "/usrx/y"} {
+		if _, err := checkTarget(p); err != nil {
+			t.Errorf("checkTarget(%q): %v", p, err)
+		}
+	}
+}
+
+func TestCacheKey(t *testing.T) {
+	k := CacheKey()
+	if len(k) != 16 || k != CacheKey() {
+		t.Fatalf("CacheKey() = %q, not stable", k)
+	}
+	old := Packages
+	t.Cleanup(func() { Packages = old })
+	Packages = append(append([]string{}, old...), "extra")
+	if CacheKey() == k {
+		t.Errorf("CacheKey ignores the package list")
+	}
+}
+
+func TestOverlayChanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("whiteouts need mknod (root)")
+	}
+	dir := t.TempDir()
+	lower, upper := filepath.Join(dir, "lower"), filepath.Join(dir, "upper")
+	for _, p := range []string{lower + "/etc", lower + "/usr/bin", upper + "/etc", upper + "/usr/bin", upper + "/opt/new"} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{lower + "/etc/kept", lower + "/etc/mod", lower + "/usr/bin/gone", upper + "/etc/mod", upper + "/opt/new/f"} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mknod(upper+"/usr/bin/gone", syscall.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := overlayChanges(upper, []string{lower})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s []string
+	for _, c := range got {
+		s = append(s, c.String())
+	}
+	want := "M /etc/mod,A /opt,A /opt/new,A /opt/new/f,D /usr/bin/gone"
+	if strings.Join(s, ",") != want {
+		t.Errorf("changes = %s, want %s", strings.Join(s, ","), want)
+	}
+}
+
+// TestHostInNetNS boots a host in a network namespace wired by a veth pair
+// to a second namespace standing in for a control plane, and reaches a
+// server listening there: the shape cluster tests use. Nothing touches the
+// build machine's own network.
+func TestHostInNetNS(t *testing.T) {
+	RequireE2E(t)
+	var suffix [3]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		t.Fatal(err)
+	}
+	id := hex.EncodeToString(suffix[:])
+	cp, node := "aclcp-"+id, "aclnode-"+id
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{cp, node} {
+		ip("netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	ip("-n", cp, "link", "add", "veth-cp", "type", "veth", "peer", "name", "veth-node", "netns", node)
+	ip("-n", cp, "addr", "add", "10.251.0.1/30", "dev", "veth-cp")
+	ip("-n", cp, "link", "set", "veth-cp", "up")
+	ip("-n", node, "addr", "add", "10.251.0.2/30", "dev", "veth-node")
+	ip("-n", node, "link", "set", "veth-node", "up")
+
+	addr := serveInNetNS(t, "/run/netns/"+cp, "10.251.0.1:0")
+
+	h := MustStart(t, Options{NetNS: "/run/netns/" + node})
+	out := h.RunOK(t, "curl", "-sS", "--max-time", "5", "http://"+addr+"/")
+	if out != "control plane here" {
+		t.Errorf("curl from the host: %q", out)
+	}
+	if links := h.RunOK(t, "ip", "-br", "link"); !strings.Contains(links, "veth-node") {
+		t.Errorf("host does not see its namespace's veth:\n%s", links)
+	}
+}
+
+// serveInNetNS runs an HTTP server answering "control plane here" inside
+// the network namespace at nsPath and returns its address. It re-executes
+// the test binary under nsenter (TestHelperServer), which keeps the
+// namespace switch out of this process.
+func serveInNetNS(t *testing.T, nsPath, addr string) string {
+	t.Helper()
+	cmd := exec.Command("nsenter", "--net="+nsPath, os.Args[0], "-test.run=^TestHelperServer$")
+	cmd.Env = append(os.Environ(), "ACLHOST_HELPER_ADDR="+addr)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper server: %v", err)
+	}
+	return strings.TrimPrefix(strings.TrimSpace(line), "listening ")
+}
+
+// TestHelperServer is not a test: serveInNetNS runs it in a child process.
+func TestHelperServer(t *testing.T) {
+	addr := os.Getenv("ACLHOST_HELPER_ADDR")
+	if addr == "" {
+		t.Skip("helper process for TestHostInNetNS")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("listening %s\n", ln.Addr())
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { //nolint:errcheck // dies with the process
+		fmt.Fprint(w, "control plane here")
+	}))
+	_, _ = io.Copy(io.Discard, os.Stdin) // serve until the parent closes stdin
+}
+
+func TestRemoveAllSafeUnmountsFirst(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	dir := filepath.Join(t.TempDir(), "partial")
+	mnt := filepath.Join(dir, "rootfs/proc")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(mnt, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeAllSafe(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", dir, err)
+	}
+}
