@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/hostos"
@@ -12,6 +14,7 @@ func newHostCommand() *cobra.Command {
 		Short: "Inspect the host this agent runs on",
 	}
 	var root, output string
+	var summary bool
 	inspect := &cobra.Command{
 		Use:   "inspect",
 		Short: "Report the OS family and host capabilities, each as probed",
@@ -32,6 +35,10 @@ in "notes".`,
 			if err != nil {
 				return err
 			}
+			if summary {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), r.Summary())
+				return err
+			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), r)
 			}
@@ -40,6 +47,44 @@ in "notes".`,
 	}
 	inspect.Flags().StringVar(&root, "root", "/", "root directory of the host tree to inspect")
 	inspect.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	cmd.AddCommand(inspect)
+	inspect.Flags().BoolVar(&summary, "summary", false, "print one summary line, e.g. \"Azure Container Linux 3.0 (read-only /usr, no package manager)\"")
+	cmd.AddCommand(inspect, newHostCheckDirCommand())
+	return cmd
+}
+
+func newHostCheckDirCommand() *cobra.Command {
+	var root string
+	var needExec bool
+	cmd := &cobra.Command{
+		Use:   "check-dir DIR",
+		Short: "Exit 0 when DIR exists or can be created and written (never creates anything)",
+		Long: `Check that DIR, or the nearest existing ancestor a "mkdir -p DIR" would
+write into, is writable and not on a read-only mount. With --exec also require
+that its mount is not noexec. Exit 1 with the reason (naming the mount) when it
+is not. Used by install.sh, which asks the binary instead of guessing.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := &hostos.Prober{Root: root}
+			dir := args[0]
+			anc, err := p.NearestExistingAncestor(dir)
+			if err != nil {
+				return err
+			}
+			c, err := p.CheckDir(anc)
+			if err != nil {
+				return err
+			}
+			if !c.Writable {
+				return fmt.Errorf("%s cannot be written: %s", dir, c.Reason)
+			}
+			if needExec && c.Mount != nil && c.Mount.NoExec() {
+				return fmt.Errorf("%s cannot hold executables: %s is on mount %s with noexec", dir, anc, c.Mount.MountPoint)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: writable (nearest existing directory %s)\n", dir, anc)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
+	cmd.Flags().BoolVar(&needExec, "exec", false, "also require a mount that allows executables")
 	return cmd
 }

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Installs the aks-flex-node binary into the layout's bin dir.
+#
+# Where it goes is declared, never guessed: --install-dir, or the binDir of
+# the layout the config declares (agent.hostPrefix), asked of the staged
+# binary itself so this script never re-implements the prefix rule. When the
+# target cannot work (a read-only /usr on Azure Container Linux) it refuses
+# before writing anything and says what to set.
+set -euo pipefail
+
+readonly NAME=aks-flex-node
+readonly STATE_DIR=/var/lib/aks-flex-node
+readonly RECORD="$STATE_DIR/install-record"
+readonly DEFAULT_CONFIG=/etc/aks-flex-node/config.json
+readonly RELEASE_BASE=https://github.com/Azure/aks-flex-node/releases/download
+
+usage() {
+	cat <<EOF
+Usage: install.sh [options]
+
+Binary source (one of):
+  --binary PATH          install a local file         (AKS_FLEX_NODE_LOCAL_BINARY)
+  --version VERSION      download a release           (AKS_FLEX_NODE_VERSION)
+  --download-url URL     download from URL            (AKS_FLEX_NODE_DOWNLOAD_URL)
+Checksum (required; mismatch installs nothing):
+  --sha256 HEX           expected SHA-256             (AKS_FLEX_NODE_SHA256)
+                         default: PATH.sha256 or URL.sha256
+Target:
+  --install-dir DIR      /usr/local/bin or <prefix>/bin (AKS_FLEX_NODE_INSTALL_DIR)
+  --config PATH          config whose layout gives the bin dir (default $DEFAULT_CONFIG)
+Other:
+  --with-azure-cli       also install the Azure CLI (needs a package manager)
+  -h, --help             this help
+EOF
+}
+
+die() {
+	echo "install.sh: $*" >&2
+	exit 1
+}
+note() { echo "install.sh: $*"; }
+
+binary="${AKS_FLEX_NODE_LOCAL_BINARY:-}"
+version="${AKS_FLEX_NODE_VERSION:-}"
+url="${AKS_FLEX_NODE_DOWNLOAD_URL:-}"
+sha="${AKS_FLEX_NODE_SHA256:-}"
+install_dir="${AKS_FLEX_NODE_INSTALL_DIR:-}"
+config="$DEFAULT_CONFIG"
+config_given=false
+azure_cli=false
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--binary) binary="${2:?--binary needs a path}"; shift 2 ;;
+	--version) version="${2:?--version needs a value}"; shift 2 ;;
+	--download-url) url="${2:?--download-url needs a URL}"; shift 2 ;;
+	--sha256) sha="${2:?--sha256 needs a value}"; shift 2 ;;
+	--install-dir) install_dir="${2:?--install-dir needs a directory}"; shift 2 ;;
+	--config) config="${2:?--config needs a path}"; config_given=true; shift 2 ;;
+	--with-azure-cli) azure_cli=true; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage >&2; echo >&2; die "unknown argument: $1" ;;
+	esac
+done
+
+[ "$(id -u)" -eq 0 ] || die "must run as root"
+
+arch=$(uname -m)
+case "$arch" in
+x86_64) arch=amd64 ;;
+aarch64) arch=arm64 ;;
+*) die "unsupported architecture $arch" ;;
+esac
+
+# Stage the binary in a private temp dir. Nothing outside it is written
+# until every check has passed. /var/tmp first: /tmp is often noexec.
+stage=""
+for base in /var/tmp "${TMPDIR:-/tmp}"; do
+	if stage=$(mktemp -d "$base/aks-flex-node-install.XXXXXX" 2>/dev/null); then
+		break
+	fi
+done
+[ -n "$stage" ] || die "cannot create a staging directory in /var/tmp or ${TMPDIR:-/tmp}"
+trap 'rm -rf "$stage"' EXIT
+staged="$stage/$NAME"
+
+if [ -n "$binary" ]; then
+	[ -f "$binary" ] || die "--binary $binary: no such file"
+	cp "$binary" "$staged"
+	if [ -z "$sha" ] && [ -f "$binary.sha256" ]; then
+		sha=$(awk '{print $1; exit}' "$binary.sha256")
+	fi
+	source_desc="$binary"
+else
+	if [ -z "$url" ]; then
+		[ -n "$version" ] || die "no binary source: give --binary PATH, --version VERSION or --download-url URL"
+		url="$RELEASE_BASE/$version/$NAME-linux-$arch"
+	fi
+	command -v curl >/dev/null || die "curl is needed to download $url"
+	curl -fsSL --retry 3 -o "$staged" "$url" || die "download $url failed"
+	if [ -z "$sha" ]; then
+		curl -fsSL --retry 3 -o "$stage/sum" "$url.sha256" || die "no --sha256 given and $url.sha256 could not be downloaded"
+		sha=$(awk '{print $1; exit}' "$stage/sum")
+	fi
+	source_desc="$url"
+fi
+
+[ -n "$sha" ] || die "no checksum for $source_desc: give --sha256 HEX (sha256sum prints it) or put it in $source_desc.sha256"
+sha=$(printf '%s' "$sha" | tr 'A-F' 'a-f')
+case "$sha" in
+*[!0-9a-f]* | "") die "--sha256 $sha is not a hex SHA-256" ;;
+esac
+[ "${#sha}" -eq 64 ] || die "--sha256 $sha is not 64 hex digits"
+actual=$(sha256sum "$staged" | awk '{print $1}')
+if [ "$actual" != "$sha" ]; then
+	die "checksum mismatch for $source_desc: expected $sha, got $actual; nothing was installed"
+fi
+chmod 0755 "$staged"
+"$staged" version >/dev/null 2>&1 ||
+	die "the staged binary does not run ($staged version failed; is $(dirname "$stage") mounted noexec?)"
+note "verified $source_desc (sha256 $sha)"
+
+# Know the host; the binary does the probing.
+note "host: $("$staged" host inspect --summary)"
+
+# Where to install.
+config_dir=""
+if [ -f "$config" ]; then
+	config_dir=$("$staged" layout --config "$config" --get binDir) ||
+		die "config $config is not usable (see above); fix it or pass --install-dir"
+elif $config_given; then
+	die "--config $config: no such file"
+fi
+
+if [ -n "$install_dir" ]; then
+	"$staged" layout --check-bin-dir "$install_dir" >/dev/null ||
+		die "--install-dir $install_dir is not a layout bin dir (see above)"
+	if [ -n "$config_dir" ] && [ "$config_dir" != "$install_dir" ]; then
+		die "--install-dir $install_dir differs from the bin dir of the layout in $config ($config_dir); pass one or make them agree"
+	fi
+	target="$install_dir"
+elif [ -n "$config_dir" ]; then
+	target="$config_dir"
+else
+	target=$("$staged" layout --get binDir)
+fi
+
+# Refuse before writing anything when the target cannot work. Never
+# relocate on our own: the layout is referenced by absolute paths later.
+if ! reason=$("$staged" host check-dir --exec "$target" 2>&1); then
+	cat >&2 <<EOF
+install.sh: cannot install into $target: ${reason#aks-flex-node: }
+install.sh: $target is on a read-only filesystem or unusable mount on this host; nothing was written.
+install.sh: declare a writable install prefix instead: set agent.hostPrefix in $config
+install.sh:   (e.g. "agent": {"hostPrefix": "/opt/aks-flex-node"}), or pass --install-dir /opt/aks-flex-node/bin
+EOF
+	exit 1
+fi
+
+# Record what we create, so uninstall.sh removes exactly that.
+created=()
+make_dirs() {
+	local d="$1" missing=()
+	while [ ! -d "$d" ]; do
+		missing=("$d" "${missing[@]}")
+		d=$(dirname "$d")
+	done
+	for d in "${missing[@]}"; do
+		mkdir -m 0755 "$d"
+		chmod 0755 "$d" # whatever the umask
+		created+=("dir $d")
+	done
+}
+make_dirs "$target"
+make_dirs "$STATE_DIR"
+
+dest="$target/$NAME"
+tmp="$target/.$NAME.tmp.$$"
+cp "$staged" "$tmp"
+chmod 0755 "$tmp"
+sync "$tmp" 2>/dev/null || true
+mv -f "$tmp" "$dest"
+created+=("file $dest")
+
+# Merge with an earlier record so a re-install keeps the first install's
+# directories, then write the record atomically.
+{
+	if [ -f "$RECORD" ]; then cat "$RECORD"; fi
+	printf '%s\n' "${created[@]}"
+} | awk '!seen[$0]++' >"$RECORD.tmp.$$"
+chmod 0600 "$RECORD.tmp.$$"
+mv -f "$RECORD.tmp.$$" "$RECORD"
+
+pkg=$("$staged" host inspect --output json | sed -n 's/.*"packageManager": *"\([^"]*\)".*/\1/p')
+if $azure_cli; then
+	if [ -z "$pkg" ]; then
+		note "Azure CLI: skipped, this host has no package manager"
+	else
+		note "Azure CLI: installing with $pkg"
+		case "$pkg" in
+		apt-get) DEBIAN_FRONTEND=noninteractive apt-get install -y -q azure-cli || note "warning: Azure CLI install failed; continuing" ;;
+		*) "$pkg" install -y azure-cli || note "warning: Azure CLI install failed; continuing" ;;
+		esac
+	fi
+fi
+
+note "installed $dest"
+case ":$PATH:" in
+*":$target:"*) ;;
+*) note "warning: $target is not on PATH; run $dest" ;;
+esac
