@@ -1,0 +1,61 @@
+package state
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestAppliedRoundTripAndChecksum(t *testing.T) {
+	dir := t.TempDir()
+	if a, err := LoadApplied(dir); a != nil || err != nil {
+		t.Fatalf("empty dir: %v %v", a, err)
+	}
+	a := Applied{ConfigFile: "/etc/aks-flex-node/config.json", ConfigSHA256: "ab", Prefix: "/opt/aks-flex-node", NodeName: "n", Machine: "kube1", AppliedAt: time.Unix(100, 0).UTC()}
+	if changed, err := SaveApplied(dir, a); err != nil || !changed {
+		t.Fatalf("save: %v %v", changed, err)
+	}
+	for _, f := range []string{AppliedFile, AppliedFile + ".sha256"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", f, fi, err)
+		}
+	}
+	got, err := LoadApplied(dir)
+	if err != nil || got.Prefix != a.Prefix || got.SchemaVersion != 1 {
+		t.Fatalf("load: %+v %v", got, err)
+	}
+	// Same state, later time: nothing rewritten.
+	a.AppliedAt = time.Unix(200, 0).UTC()
+	if changed, err := SaveApplied(dir, a); err != nil || changed {
+		t.Fatalf("converged save rewrote: %v %v", changed, err)
+	}
+	// Tampering is detected.
+	p := filepath.Join(dir, AppliedFile)
+	data, _ := os.ReadFile(p)
+	data[10] ^= 1
+	_ = os.WriteFile(p, data, 0o600)
+	if _, err := LoadApplied(dir); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("tampered: %v", err)
+	}
+}
+
+func TestTrackerDeepestFirst(t *testing.T) {
+	dir := t.TempDir()
+	tr, err := OpenTracker(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Add("/a", "/a/b/c", "/a/b"); err != nil {
+		t.Fatal(err)
+	}
+	tr2, err := OpenTracker(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tr2.List(); len(got) != 3 || got[0] != "/a/b/c" || got[2] != "/a" {
+		t.Fatalf("list %v", got)
+	}
+}
