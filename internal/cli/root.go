@@ -106,6 +106,7 @@ Agent-owned files live under the install prefix declared in the config
 		newInstallServiceCommand(),
 		newUninstallServiceCommand(),
 		newAgentCommand(),
+		newPreflightCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

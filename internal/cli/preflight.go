@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/preflight"
+)
+
+func newPreflightCommand() *cobra.Command {
+	var path, output string
+	var opts preflight.Options
+	cmd := &cobra.Command{
+		Use:   "preflight",
+		Short: "Check that this host can join the cluster, changing nothing",
+		Long: `Run every preflight check against this host and the config: user, OS,
+install layout (agent.hostPrefix), host tools, systemd, cgroups, swap, kernel
+modules, disk space, an earlier install, offline artifacts, the API server
+and the bootstrap token. Checks run concurrently; output is in a fixed order.
+
+Preflight changes nothing on the host: its only write is a test executable in
+a temp dir it creates next to the agent's bin dir and removes again. It loads
+no kernel module.
+
+Exit status: 0 when no error remains, 1 when one does (or a warning, with
+--fail-on-warnings), 2 for bad usage. Errors of named checks (or all) are
+reported as warnings with --ignore-preflight-errors.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if err := opts.Validate(preflight.DefaultNames); err != nil {
+				return invalid(err)
+			}
+			c, err := loadConfig(path)
+			if err != nil {
+				return err
+			}
+			l, err := c.Layout("/", path)
+			if err != nil {
+				return invalid(err)
+			}
+			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l}
+			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				err = writeJSON(out, report)
+			} else {
+				err = report.WriteText(out)
+			}
+			if err != nil {
+				return err
+			}
+			if report.Failed(opts.FailOnWarnings) {
+				return &exitError{code: ExitFailure, err: errSilent}
+			}
+			return nil
+		},
+	}
+	addConfigFlag(cmd, &path)
+	preflight.AddFlags(cmd.Flags(), &opts)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}

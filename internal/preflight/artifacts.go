@@ -1,0 +1,124 @@
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"text/template"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+)
+
+const (
+	sourceKey = "bootstrap.offlineArtifacts.source"
+	// ManifestName is the file an offline bundle lists its files in.
+	ManifestName = "manifest.json"
+	// ChecksumSuffix names the checksum file next to each bundle file.
+	ChecksumSuffix = ".sha256"
+	// maxListed bounds how many missing files one message names.
+	maxListed = 5
+)
+
+// manifest is the part of manifest.json preflight reads. It is read
+// leniently: the artifact package owns the format and verifies checksums;
+// preflight only wants to know that the listed files are there.
+type manifest struct {
+	Files []struct {
+		Path string `json:"path"`
+	} `json:"files"`
+}
+
+// sourceData is what bootstrap.offlineArtifacts.source is templated with.
+type sourceData struct {
+	KubernetesVersion string
+}
+
+// ExpandSource resolves the offline artifact source template for c.
+func ExpandSource(c *config.Config) (string, error) {
+	t, err := template.New("source").Option("missingkey=error").Parse(c.Bootstrap.OfflineArtifacts.Source)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, sourceData{KubernetesVersion: c.Components.Kubernetes}); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func artifactSourcesCheck(e *Env) Check {
+	src := e.Config.Bootstrap.OfflineArtifacts.Source
+	target := sourceKey
+	if src != "" {
+		target = fmt.Sprintf("%s %s", sourceKey, src)
+	}
+	return NewCheck(NameArtifactSources, target, func(ctx context.Context) Result {
+		cfg := e.configFile()
+		if src == "" {
+			return OK("online: components are downloaded from their upstream URLs at start; those are not probed from preflight")
+		}
+		expanded, err := ExpandSource(e.Config)
+		if err != nil {
+			return Error(fmt.Sprintf("fix %s in %s; it may use {{ .KubernetesVersion }}", sourceKey, cfg), "%s %q does not expand: %v", sourceKey, src, err)
+		}
+		if strings.HasPrefix(expanded, "oci://") {
+			return OK("%s: checked at pull time", expanded)
+		}
+		dir := strings.TrimPrefix(expanded, "file://")
+		if !path.IsAbs(dir) {
+			return Error(fmt.Sprintf("set %s in %s to an absolute path, file:///path or oci://registry/repository:tag", sourceKey, cfg), "%s expands to %q, which is not an absolute path", sourceKey, expanded)
+		}
+		dir = path.Clean(dir)
+		remedy := fmt.Sprintf("copy the offline bundle for Kubernetes %s to %s, or fix %s in %s", e.Config.Components.Kubernetes, dir, sourceKey, cfg)
+		fi, err := os.Stat(e.onRoot(dir))
+		switch {
+		case err != nil:
+			return Error(remedy, "offline bundle %s (from %s in %s): %v", dir, sourceKey, cfg, err)
+		case !fi.IsDir():
+			return Error(remedy, "offline bundle %s (from %s in %s) is not a directory", dir, sourceKey, cfg)
+		}
+		mpath := path.Join(dir, ManifestName)
+		data, err := os.ReadFile(e.onRoot(mpath))
+		if err != nil {
+			return Error(remedy, "offline bundle %s has no readable %s: %v", dir, ManifestName, err)
+		}
+		var m manifest
+		if err := json.Unmarshal(data, &m); err != nil {
+			return Error(remedy, "%s is not a manifest: %v", mpath, err)
+		}
+		if len(m.Files) == 0 {
+			return Error(remedy, "%s lists no files (want {\"files\": [{\"path\": ...}]})", mpath)
+		}
+		var missing []string
+		for _, f := range m.Files {
+			c := path.Clean(f.Path)
+			if f.Path == "" || path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
+				missing = append(missing, fmt.Sprintf("%q (not a path inside the bundle)", f.Path))
+				continue
+			}
+			for _, want := range []string{c, c + ChecksumSuffix} {
+				if _, err := os.Stat(e.onRoot(path.Join(dir, want))); err != nil {
+					missing = append(missing, want)
+				}
+			}
+		}
+		if len(missing) > 0 {
+			more := ""
+			if len(missing) > maxListed {
+				more = fmt.Sprintf(" and %d more", len(missing)-maxListed)
+				missing = missing[:maxListed]
+			}
+			return Error(remedy, "offline bundle %s is incomplete: %s lists files that are missing or invalid: %s%s", dir, mpath, strings.Join(missing, ", "), more)
+		}
+		if e.VerifyOfflineArtifacts != nil {
+			if err := e.VerifyOfflineArtifacts(ctx, e.onRoot(dir)); err != nil {
+				return Error(remedy, "offline bundle %s does not verify: %v", dir, err)
+			}
+			return OK("offline bundle %s: %d files present and verified", dir, len(m.Files))
+		}
+		return OK("offline bundle %s: %s and all %d listed files with their %s files present", dir, ManifestName, len(m.Files), ChecksumSuffix)
+	})
+}

@@ -1,0 +1,182 @@
+package preflight
+
+import (
+	"encoding/json"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeAPIServer answers like kube-apiserver for the three requests
+// preflight makes. Tests only ever talk to it on loopback.
+type fakeAPIServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	review   int    // status for SelfSubjectReview
+	username string // username it reports
+	node     int    // status for GET node
+	all      int    // when set, the status for every request
+	seen     []string
+}
+
+// set changes the server's behaviour between requests.
+func (f *fakeAPIServer) set(change func(f *fakeAPIServer)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
+
+func newFakeAPIServer(t *testing.T) *fakeAPIServer {
+	t.Helper()
+	f := &fakeAPIServer{review: http.StatusCreated, username: "system:bootstrap:abcdef", node: http.StatusNotFound}
+	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	// The wrong-CA cases make the client abort handshakes; that is the point.
+	f.Config.ErrorLog = log.New(io.Discard, "", 0)
+	f.StartTLS()
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	auth := r.Header.Get("Authorization")
+	f.seen = append(f.seen, r.Method+" "+r.URL.Path+" "+auth)
+	w.Header().Set("Content-Type", "application/json")
+	if f.all != 0 {
+		w.WriteHeader(f.all)
+		return
+	}
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/version":
+		_, _ = io.WriteString(w, `{"major":"1","minor":"35","gitVersion":"v1.35.0"}`)
+	case r.Method == http.MethodPost && r.URL.Path == selfSubjectReviewPath:
+		var body struct{ APIVersion, Kind string }
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectReview" || body.APIVersion != "authentication.k8s.io/v1" || auth != "Bearer "+testToken {
+			http.Error(w, `{"kind":"Status","code":400}`, http.StatusBadRequest)
+			return
+		}
+		if f.review != http.StatusCreated {
+			w.WriteHeader(f.review)
+			_, _ = io.WriteString(w, `{"kind":"Status","status":"Failure"}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+			"status": map[string]any{"userInfo": map[string]any{"username": f.username, "groups": []string{"system:bootstrappers"}}},
+		})
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+testNode:
+		w.WriteHeader(f.node)
+		_, _ = io.WriteString(w, `{"kind":"Node"}`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// hostFor points the fake host's config at the server, trusting caPEM.
+func hostFor(t *testing.T, srv *fakeAPIServer, caPEM []byte) *fakeHost {
+	h := newHost(t)
+	h.set("node.kubelet.clusterFQDN", srv.Listener.Addr().String())
+	h.set("node.kubelet.caCertData", caData(caPEM))
+	return h
+}
+
+func TestAPIServerReachable(t *testing.T) {
+	srv := newFakeAPIServer(t)
+	h := hostFor(t, srv, certPEM(srv.Certificate()))
+	want(t, h.run(NameAPIServerReachable), SeverityOK, srv.URL+"/version", "answered 200", "v1.35.0", "caCertData")
+
+	// Any HTTP answer over verified TLS is reachable.
+	srv.set(func(f *fakeAPIServer) { f.all = http.StatusForbidden })
+	want(t, h.run(NameAPIServerReachable), SeverityOK, "answered 403")
+	srv.set(func(f *fakeAPIServer) { f.all = 0 })
+
+	wrong := hostFor(t, srv, newCA(t).certPEM)
+	r := wrong.run(NameAPIServerReachable)
+	want(t, r, SeverityError, "CA does not match", srv.URL, "node.kubelet.caCertData", wrong.configFile())
+
+	// Connection refused: a port that was just released.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	refused := hostFor(t, srv, certPEM(srv.Certificate()))
+	refused.set("node.kubelet.clusterFQDN", addr)
+	want(t, refused.run(NameAPIServerReachable), SeverityError, "cannot reach the API server at https://"+addr+"/version", "node.kubelet.clusterFQDN")
+
+	// With Azure authentication there may be no FQDN to probe.
+	none := newHost(t)
+	none.set("node.kubelet.clusterFQDN", nil)
+	none.set("azure.bootstrapToken", nil)
+	none.set("azure.managedIdentity", map[string]any{})
+	none.set("azure.targetCluster.resourceId", "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c")
+	want(t, none.run(NameAPIServerReachable), SeverityOK, "not configured")
+	want(t, none.run(NameBootstrapToken), SeverityOK, "not configured")
+	want(t, none.run(NameNodeName), SeverityOK, "not checked")
+}
+
+func TestBootstrapToken(t *testing.T) {
+	srv := newFakeAPIServer(t)
+	h := hostFor(t, srv, certPEM(srv.Certificate()))
+	noSecret := func(r Result) {
+		t.Helper()
+		if strings.Contains(r.Message+r.Remedy, testSecret) {
+			t.Errorf("the token secret is in the output: %+v", r)
+		}
+	}
+
+	r := h.run(NameBootstrapToken)
+	want(t, r, SeverityOK, "system:bootstrap:abcdef")
+	noSecret(r)
+
+	srv.set(func(f *fakeAPIServer) { f.review = http.StatusUnauthorized })
+	r = h.run(NameBootstrapToken)
+	want(t, r, SeverityError, "the API server rejected the bootstrap token abcdef", "azure.bootstrapToken.token")
+	noSecret(r)
+
+	srv.set(func(f *fakeAPIServer) { f.review = http.StatusForbidden })
+	want(t, h.run(NameBootstrapToken), SeverityOK, "403")
+
+	srv.set(func(f *fakeAPIServer) { f.review = http.StatusCreated })
+	srv.set(func(f *fakeAPIServer) { f.username = "system:serviceaccount:kube-system:default" })
+	r = h.run(NameBootstrapToken)
+	want(t, r, SeverityError, `"system:serviceaccount:kube-system:default", not "system:bootstrap:abcdef"`)
+	noSecret(r)
+
+	// Unverifiable, not wrong: api-server-reachable reports the cause.
+	wrong := hostFor(t, srv, newCA(t).certPEM)
+	r = wrong.run(NameBootstrapToken)
+	want(t, r, SeverityWarning, "not verified", NameAPIServerReachable)
+	noSecret(r)
+
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for _, s := range srv.seen {
+		if strings.HasPrefix(s, "POST") && !strings.HasSuffix(s, "Bearer "+testToken) {
+			t.Errorf("review sent without the bearer token: %q", s)
+		}
+	}
+}
+
+func TestNodeName(t *testing.T) {
+	srv := newFakeAPIServer(t)
+	h := hostFor(t, srv, certPEM(srv.Certificate()))
+	want(t, h.run(NameNodeName), SeverityOK, testNode, "no Node of that name exists")
+
+	srv.set(func(f *fakeAPIServer) { f.node = http.StatusOK })
+	want(t, h.run(NameNodeName), SeverityWarning, "a Node named "+testNode+" already exists", "kubectl delete node "+testNode, "agent.nodeName")
+
+	srv.set(func(f *fakeAPIServer) { f.node = http.StatusForbidden })
+	want(t, h.run(NameNodeName), SeverityOK, "cannot tell", "403")
+
+	wrong := hostFor(t, srv, newCA(t).certPEM)
+	want(t, wrong.run(NameNodeName), SeverityOK, "cannot tell")
+}

@@ -1,0 +1,84 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestExistingDeployment(t *testing.T) {
+	h := newHost(t)
+	want(t, h.run(NameExistingDeployment), SeverityOK, "no earlier install")
+
+	h.mkdir("var/lib/machines/kube2")
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "/var/lib/machines/kube2", "no /var/lib/aks-flex-node/state.json", "aks-flex-node reset")
+
+	h.file("etc/systemd/system/aks-flex-node-agent.service", "[Service]\n")
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "/etc/systemd/system/aks-flex-node-agent.service", "aks-flex-node reset")
+
+	// A converged install: the state file records this very config.
+	env := h.env() // writes the config file
+	data, err := os.ReadFile(h.configFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.file("var/lib/aks-flex-node/state.json", `{"version": 3, "configSHA256": "`+ConfigSHA256(data)+`", "machines": {"active": "kube2"}}`)
+	want(t, runNamed(t, env, NameExistingDeployment), SeverityOK, "converged: a re-run of start changes nothing")
+
+	// The same host with a changed config is an install this config did not make.
+	h.set("agent.logLevel", "debug")
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "different config", ConfigSHA256(data)[:12], "aks-flex-node reset")
+
+	h.file("var/lib/aks-flex-node/state.json", `{"machines": {}}`)
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "no configSHA256", "aks-flex-node reset")
+
+	h.file("var/lib/aks-flex-node/state.json", `not json`)
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "cannot be read", "aks-flex-node reset")
+}
+
+func TestArtifactSources(t *testing.T) {
+	h := newHost(t)
+	want(t, h.run(NameArtifactSources), SeverityOK, "online", "not probed")
+
+	h.set("bootstrap.offlineArtifacts.source", "oci://registry.example/bundles/k8s:{{ .KubernetesVersion }}")
+	want(t, h.run(NameArtifactSources), SeverityOK, "oci://registry.example/bundles/k8s:1.35.0: checked at pull time")
+
+	h.set("components.kubernetes", "1.35.2")
+	h.set("bootstrap.offlineArtifacts.source", "/var/lib/aks-flex-node/bundles/k8s-{{ .KubernetesVersion }}")
+	want(t, h.run(NameArtifactSources), SeverityError, "/var/lib/aks-flex-node/bundles/k8s-1.35.2", "bootstrap.offlineArtifacts.source", "no such file")
+
+	bundle := "var/lib/aks-flex-node/bundles/k8s-1.35.2"
+	h.mkdir(bundle)
+	want(t, h.run(NameArtifactSources), SeverityError, "no readable manifest.json")
+
+	h.file(bundle+"/manifest.json", `{"version": 1, "files": [{"path": "bin/kubelet", "size": 3}, {"path": "cni.tgz"}]}`)
+	h.file(bundle+"/bin/kubelet", "elf")
+	h.file(bundle+"/bin/kubelet.sha256", "abc")
+	h.file(bundle+"/cni.tgz", "tgz")
+	want(t, h.run(NameArtifactSources), SeverityError, "incomplete", "cni.tgz.sha256")
+
+	h.file(bundle+"/cni.tgz.sha256", "def")
+	want(t, h.run(NameArtifactSources), SeverityOK, "all 2 listed files")
+
+	// file:// sources are the same directory.
+	h.set("bootstrap.offlineArtifacts.source", "file:///var/lib/aks-flex-node/bundles/k8s-{{ .KubernetesVersion }}")
+	env := h.env()
+	var verified string
+	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) error {
+		verified = dir
+		return errors.New("bin/kubelet: sha256 mismatch")
+	}
+	want(t, runNamed(t, env, NameArtifactSources), SeverityError, "does not verify", "sha256 mismatch")
+	if verified != filepath.Join(h.root, bundle) {
+		t.Errorf("hook got %q, want %q", verified, filepath.Join(h.root, bundle))
+	}
+	env.VerifyOfflineArtifacts = func(context.Context, string) error { return nil }
+	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "verified")
+
+	h.file(bundle+"/manifest.json", `{"files": [{"path": "../../../../etc/shadow"}]}`)
+	want(t, h.run(NameArtifactSources), SeverityError, "not a path inside the bundle")
+	h.file(bundle+"/manifest.json", `{"files": []}`)
+	want(t, h.run(NameArtifactSources), SeverityError, "lists no files")
+}

@@ -1,0 +1,113 @@
+package preflight
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/layout"
+)
+
+// Env is everything the checks look at. Each check reads files under Root
+// and proc files under ProcDir, so unit tests run every check against a
+// temp root with fake /proc files; the function fields stand in for what
+// has no file (euid, statfs) and default to the real thing.
+type Env struct {
+	// Root is the host's "/" ("" means "/").
+	Root string
+	// ProcDir is a proc(5) tree describing the host at Root. Empty means
+	// /proc when Root is "/" and none otherwise (checks that need it say
+	// they did not probe).
+	ProcDir string
+	// Config is the loaded, validated config; ConfigFile is the file it
+	// came from as this process opens it. Both are named in messages, and
+	// existing-deployment hashes the file.
+	Config     *config.Config
+	ConfigFile string
+	// Layout is Config's layout on Root.
+	Layout layout.Layout
+	// Prober runs the hostos probes; nil means one for Root and ProcDir.
+	Prober *hostos.Prober
+	// HTTPClient talks to the API server; nil means one that trusts only
+	// node.kubelet.caCertData, with APITimeout.
+	HTTPClient *http.Client
+	// Geteuid defaults to os.Geteuid.
+	Geteuid func() int
+	// FreeBytes returns the bytes available to an unprivileged writer on
+	// the filesystem holding path (a path this process opens); defaults
+	// to statfs(2).
+	FreeBytes func(path string) (uint64, error)
+	// RunExecutable runs the probe executable host-layout writes; nil
+	// means os/exec.
+	RunExecutable func(ctx context.Context, path string) error
+	// VerifyOfflineArtifacts, when set, runs after artifact-sources has
+	// found an offline bundle complete: it is where the artifact package
+	// plugs in full checksum verification of the bundle in dir (a path
+	// this process opens).
+	VerifyOfflineArtifacts func(ctx context.Context, dir string) error
+}
+
+func (e *Env) setDefaults() {
+	if e.Root == "" {
+		e.Root = "/"
+	}
+	e.Root = filepath.Clean(e.Root)
+	if e.Prober == nil {
+		e.Prober = &hostos.Prober{Root: e.Root, ProcDir: e.ProcDir}
+	}
+	if e.Layout.Root == "" {
+		e.Layout.Root = e.Root
+	}
+	if e.Geteuid == nil {
+		e.Geteuid = os.Geteuid
+	}
+	if e.FreeBytes == nil {
+		e.FreeBytes = statfsFree
+	}
+	if e.RunExecutable == nil {
+		e.RunExecutable = func(ctx context.Context, path string) error {
+			return exec.CommandContext(ctx, path).Run()
+		}
+	}
+}
+
+// procDir mirrors hostos.Prober: the running host's /proc only describes
+// the running host.
+func (e *Env) procDir() string {
+	if e.ProcDir != "" {
+		return e.ProcDir
+	}
+	if e.Root == "/" {
+		return "/proc"
+	}
+	return ""
+}
+
+// onRoot maps a host path to the path this process opens.
+func (e *Env) onRoot(p string) string {
+	if e.Root == "/" {
+		return p
+	}
+	return filepath.Join(e.Root, p)
+}
+
+// configFile is the config file for messages.
+func (e *Env) configFile() string {
+	if e.ConfigFile != "" {
+		return e.ConfigFile
+	}
+	return layout.ConfigFile
+}
+
+func statfsFree(path string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
