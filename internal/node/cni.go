@@ -1,0 +1,78 @@
+package node
+
+import "encoding/json"
+
+// The fallback pod network: a Linux bridge per node with host-local
+// addresses from Options.PodCIDR, masqueraded to the outside, and portmap
+// for hostPort. Loopback needs no entry: containerd's CRI sets up lo in
+// every pod itself. cniVersion 1.0.0 is understood by Debian's
+// containernetworking-plugins 1.1.1 and every later release.
+type cniConfList struct {
+	CNIVersion string `json:"cniVersion"`
+	Name       string `json:"name"`
+	Plugins    []any  `json:"plugins"`
+}
+
+type cniBridge struct {
+	Type        string       `json:"type"`
+	Bridge      string       `json:"bridge"`
+	IsGateway   bool         `json:"isGateway"`
+	IPMasq      bool         `json:"ipMasq"`
+	HairpinMode bool         `json:"hairpinMode"`
+	IPAM        cniHostLocal `json:"ipam"`
+}
+
+type cniHostLocal struct {
+	Type   string       `json:"type"`
+	Ranges [][]cniRange `json:"ranges"`
+	Routes []cniRoute   `json:"routes"`
+}
+
+type cniRange struct {
+	Subnet string `json:"subnet"`
+}
+
+type cniRoute struct {
+	Dst string `json:"dst"`
+}
+
+type cniPortmap struct {
+	Type         string          `json:"type"`
+	Capabilities map[string]bool `json:"capabilities"`
+}
+
+const (
+	cniNetworkName = "aks-flex-node"
+	cniBridgeName  = "cni0"
+)
+
+func renderCNIConfig(in *inputs) ([]byte, error) {
+	dst := "0.0.0.0/0"
+	if in.podIPv6 {
+		dst = "::/0"
+	}
+	list := cniConfList{
+		CNIVersion: "1.0.0",
+		Name:       cniNetworkName,
+		Plugins: []any{
+			cniBridge{
+				Type:        "bridge",
+				Bridge:      cniBridgeName,
+				IsGateway:   true,
+				IPMasq:      true,
+				HairpinMode: true,
+				IPAM: cniHostLocal{
+					Type:   "host-local",
+					Ranges: [][]cniRange{{{Subnet: in.o.PodCIDR}}},
+					Routes: []cniRoute{{Dst: dst}},
+				},
+			},
+			cniPortmap{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
+		},
+	}
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}

@@ -1,0 +1,188 @@
+package node
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// ExecFunc runs a command inside the machine (args[0] is the program) and
+// returns its combined output. The machine package supplies it.
+type ExecFunc func(ctx context.Context, args ...string) ([]byte, error)
+
+// criNamespace is the containerd namespace the CRI plugin, and so the
+// kubelet, sees images in.
+const criNamespace = "k8s.io"
+
+// ImageArchives lists the image archives (*.tar in ImageArchiveDir) of the
+// machine at machineRoot, as paths inside the machine, sorted. A missing
+// directory is no archives.
+func ImageArchives(machineRoot string) ([]string, error) {
+	dir := filepath.Join(machineRoot, ImageArchiveDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list image archives: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".tar") {
+			out = append(out, path.Join(ImageArchiveDir, e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ImportImages imports each archive (a path inside the machine, read from
+// the host at machineRoot) into containerd's k8s.io namespace with
+// `ctr images import`, run through exec. An archive whose image names are
+// all listed already is skipped, so a converged re-run imports nothing.
+// Archives whose names cannot be read (an OCI layout with only a tag in
+// its ref.name annotation) are imported every time; ctr makes that
+// harmless, only slower.
+func ImportImages(ctx context.Context, machineRoot string, exec ExecFunc, archives []string) error {
+	if len(archives) == 0 {
+		return nil
+	}
+	out, err := exec(ctx, CtrBinary, "-n", criNamespace, "images", "ls", "-q")
+	if err != nil {
+		return fmt.Errorf("import images: list images: %w: %s", err, bytes.TrimSpace(out))
+	}
+	present := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			present[l] = true
+		}
+	}
+	for _, a := range archives {
+		refs, err := archiveRefs(filepath.Join(machineRoot, a))
+		if err != nil {
+			return fmt.Errorf("import images: read %s: %w", a, err)
+		}
+		if allPresent(refs, present) {
+			continue
+		}
+		if out, err := exec(ctx, CtrBinary, "-n", criNamespace, "images", "import", a); err != nil {
+			return fmt.Errorf("import images: import %s: %w: %s", a, err, bytes.TrimSpace(out))
+		}
+	}
+	return nil
+}
+
+func allPresent(refs []string, present map[string]bool) bool {
+	if len(refs) == 0 {
+		return false
+	}
+	for _, r := range refs {
+		if !present[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// archiveRefs returns the image names ctr import gives the images in a
+// tar: the RepoTags of a docker-save archive (manifest.json), normalised
+// as containerd does, or the names in an OCI layout's index.json. It
+// returns nil when it finds no full name.
+func archiveRefs(file string) ([]string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	var dockerRefs, ociRefs []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch path.Clean(h.Name) {
+		case "manifest.json":
+			var m []struct{ RepoTags []string }
+			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&m); err != nil {
+				return nil, fmt.Errorf("manifest.json: %w", err)
+			}
+			for _, e := range m {
+				for _, t := range e.RepoTags {
+					if r, ok := normalizeRef(t); ok {
+						dockerRefs = append(dockerRefs, r)
+					}
+				}
+			}
+		case "index.json":
+			var idx struct {
+				Manifests []struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"manifests"`
+			}
+			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&idx); err != nil {
+				return nil, fmt.Errorf("index.json: %w", err)
+			}
+			for _, m := range idx.Manifests {
+				if n := m.Annotations["io.containerd.image.name"]; n != "" {
+					ociRefs = append(ociRefs, n)
+				} else if r, ok := normalizeRef(m.Annotations["org.opencontainers.image.ref.name"]); ok && strings.Contains(m.Annotations["org.opencontainers.image.ref.name"], "/") {
+					ociRefs = append(ociRefs, r)
+				}
+			}
+		}
+	}
+	// containerd prefers the docker manifest when an archive has both.
+	if len(dockerRefs) > 0 {
+		return dockerRefs, nil
+	}
+	return ociRefs, nil
+}
+
+// normalizeRef is containerd's docker reference normalisation in short:
+// docker.io for names without a registry, library/ for official images,
+// :latest without a tag, the tag dropped when a digest is present.
+func normalizeRef(ref string) (string, bool) {
+	if ref == "" || strings.ContainsAny(ref, " \t\n") {
+		return "", false
+	}
+	name, digest, _ := strings.Cut(ref, "@")
+	tag := ""
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name, tag = name[:i], name[i+1:]
+	}
+	if name == "" {
+		return "", false
+	}
+	domain, rest, found := strings.Cut(name, "/")
+	if !found || (!strings.ContainsAny(domain, ".:") && domain != "localhost") {
+		domain, rest = "docker.io", name
+	}
+	if domain == "index.docker.io" {
+		domain = "docker.io"
+	}
+	if domain == "docker.io" && !strings.Contains(rest, "/") {
+		rest = "library/" + rest
+	}
+	out := domain + "/" + rest
+	switch {
+	case digest != "":
+		return out + "@" + digest, true
+	case tag != "":
+		return out + ":" + tag, true
+	default:
+		return out + ":latest", true
+	}
+}

@@ -1,0 +1,170 @@
+package node
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTar(t *testing.T, file string, members map[string]string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	// A blob first, so the reader must look past it.
+	members["blobs/sha256/00"] = "layer"
+	for _, name := range []string{"blobs/sha256/00", "manifest.json", "index.json", "oci-layout"} {
+		body, ok := members[name]
+		if !ok {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeCtr is containerd's image store as ctr shows it.
+type fakeCtr struct {
+	images  map[string]bool
+	imports []string
+	calls   [][]string
+	// named maps an archive to the names its import creates.
+	named map[string][]string
+}
+
+func (f *fakeCtr) exec(_ context.Context, args ...string) ([]byte, error) {
+	f.calls = append(f.calls, args)
+	if len(args) < 4 || args[0] != CtrBinary || args[1] != "-n" || args[2] != "k8s.io" || args[3] != "images" {
+		return []byte("bad usage"), errors.New("exit status 1")
+	}
+	switch strings.Join(args[4:len(args)-1], " ") {
+	case "ls":
+		if args[len(args)-1] != "-q" {
+			break
+		}
+		var out strings.Builder
+		for name := range f.images {
+			out.WriteString(name + "\n")
+		}
+		return []byte(out.String()), nil
+	case "import":
+		a := args[len(args)-1]
+		f.imports = append(f.imports, a)
+		for _, n := range f.named[a] {
+			f.images[n] = true
+		}
+		return []byte("unpacking ...done\n"), nil
+	}
+	return []byte("bad usage"), errors.New("exit status 1")
+}
+
+func TestImportImagesIdempotent(t *testing.T) {
+	root := t.TempDir()
+	docker := path.Join(ImageArchiveDir, "pause.tar")
+	oci := path.Join(ImageArchiveDir, "busybox.tar")
+	tagOnly := path.Join(ImageArchiveDir, "tagonly.tar")
+	writeTar(t, filepath.Join(root, docker), map[string]string{
+		"manifest.json": `[{"Config":"c.json","RepoTags":["registry.local/pause:3.10"],"Layers":["l.tar"]}]`,
+	})
+	writeTar(t, filepath.Join(root, oci), map[string]string{
+		"oci-layout": `{"imageLayoutVersion":"1.0.0"}`,
+		"index.json": `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:00","size":1,"annotations":{"io.containerd.image.name":"docker.io/library/busybox:1.36","org.opencontainers.image.ref.name":"1.36"}}]}`,
+	})
+	writeTar(t, filepath.Join(root, tagOnly), map[string]string{
+		"index.json": `{"schemaVersion":2,"manifests":[{"digest":"sha256:00","size":1,"annotations":{"org.opencontainers.image.ref.name":"latest"}}]}`,
+	})
+	if err := os.WriteFile(filepath.Join(root, ImageArchiveDir, "README"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	archives, err := ImageArchives(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(archives, " ") != strings.Join([]string{oci, docker, tagOnly}, " ") {
+		t.Fatalf("ImageArchives = %v", archives)
+	}
+
+	ctr := &fakeCtr{images: map[string]bool{"sha256:abc": true}, named: map[string][]string{
+		docker: {"registry.local/pause:3.10"},
+		oci:    {"docker.io/library/busybox:1.36"},
+	}}
+	ctx := context.Background()
+	if err := ImportImages(ctx, root, ctr.exec, archives); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ctr.imports, " ") != strings.Join(archives, " ") {
+		t.Errorf("first run imported %v, want all", ctr.imports)
+	}
+	ctr.imports = nil
+	if err := ImportImages(ctx, root, ctr.exec, archives); err != nil {
+		t.Fatal(err)
+	}
+	// The tag-only archive cannot be matched to a name; it is re-imported.
+	if strings.Join(ctr.imports, " ") != tagOnly {
+		t.Errorf("second run imported %v, want only %s", ctr.imports, tagOnly)
+	}
+
+	if err := ImportImages(ctx, root, ctr.exec, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ImportImages(ctx, root, ctr.exec, []string{path.Join(ImageArchiveDir, "missing.tar")}); err == nil || !strings.Contains(err.Error(), "missing.tar") {
+		t.Errorf("missing archive: err = %v", err)
+	}
+	failing := func(context.Context, ...string) ([]byte, error) {
+		return []byte("ctr: containerd not running\n"), errors.New("exit status 1")
+	}
+	if err := ImportImages(ctx, root, failing, archives); err == nil || !strings.Contains(err.Error(), "containerd not running") {
+		t.Errorf("failing ctr: err = %v", err)
+	}
+}
+
+func TestImageArchivesMissingDir(t *testing.T) {
+	a, err := ImageArchives(t.TempDir())
+	if err != nil || a != nil {
+		t.Errorf("ImageArchives = %v, %v", a, err)
+	}
+}
+
+func TestNormalizeRef(t *testing.T) {
+	for in, want := range map[string]string{
+		"busybox":                              "docker.io/library/busybox:latest",
+		"busybox:1.36":                         "docker.io/library/busybox:1.36",
+		"library/busybox:1.36":                 "docker.io/library/busybox:1.36",
+		"user/app":                             "docker.io/user/app:latest",
+		"index.docker.io/user/app:1":           "docker.io/user/app:1",
+		"localhost/app:1":                      "localhost/app:1",
+		"localhost:5000/app":                   "localhost:5000/app:latest",
+		"mcr.microsoft.com/oss/k8s/pause:3.10": "mcr.microsoft.com/oss/k8s/pause:3.10",
+		"registry.local:5000/a/b:c":            "registry.local:5000/a/b:c",
+		"registry.local/a@sha256:abc":          "registry.local/a@sha256:abc",
+		"registry.local/a:tag@sha256:abc":      "registry.local/a@sha256:abc",
+	} {
+		if got, ok := normalizeRef(in); !ok || got != want {
+			t.Errorf("normalizeRef(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", ":tag", "a b"} {
+		if got, ok := normalizeRef(bad); ok {
+			t.Errorf("normalizeRef(%q) = %q, want rejection", bad, got)
+		}
+	}
+}
