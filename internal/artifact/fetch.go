@@ -1,0 +1,199 @@
+package artifact
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+)
+
+// Download is one upstream release file, the checksum file that vouches
+// for it, and its path in the bundle layout.
+type Download struct {
+	Component string
+	URL       string
+	SHA256URL string
+	Path      string
+}
+
+// Upstream are the release download sites. Empty fields mean the real
+// ones; tests point them at a local server.
+type Upstream struct {
+	KubernetesURL string // default https://dl.k8s.io
+	GitHubURL     string // default https://github.com
+}
+
+// UpstreamURLs lists the downloads for components c on linux/arch from the
+// upstream release sites.
+func UpstreamURLs(c Components, arch string) []Download { return Upstream{}.URLs(c, arch) }
+
+// URLs lists the downloads for components c on linux/arch, in bundle path
+// order. crictl is included only when c.Crictl is set.
+func (u Upstream) URLs(c Components, arch string) []Download {
+	k8s, gh := strings.TrimSuffix(u.KubernetesURL, "/"), strings.TrimSuffix(u.GitHubURL, "/")
+	if k8s == "" {
+		k8s = "https://dl.k8s.io"
+	}
+	if gh == "" {
+		gh = "https://github.com"
+	}
+	p := BundlePaths(c, arch)
+	var ds []Download
+	for _, bin := range []string{Kubelet, Kubectl} {
+		url := fmt.Sprintf("%s/release/v%s/bin/linux/%s/%s", k8s, c.Kubernetes, arch, bin)
+		ds = append(ds, Download{bin, url, url + ".sha256", p[bin]})
+	}
+	rel := func(repo, version, file string) string {
+		return fmt.Sprintf("%s/%s/releases/download/v%s/%s", gh, repo, version, file)
+	}
+	cd := rel("containerd/containerd", c.Containerd, path.Base(p[Containerd]))
+	ds = append(ds, Download{Containerd, cd, cd + ".sha256sum", p[Containerd]})
+	// runc publishes one checksum file for all its assets.
+	ds = append(ds, Download{Runc, rel("opencontainers/runc", c.Runc, path.Base(p[Runc])), rel("opencontainers/runc", c.Runc, "runc.sha256sum"), p[Runc]})
+	cni := rel("containernetworking/plugins", c.CNI, path.Base(p[CNI]))
+	ds = append(ds, Download{CNI, cni, cni + ".sha256", p[CNI]})
+	if c.Crictl != "" {
+		ct := rel("kubernetes-sigs/cri-tools", c.Crictl, path.Base(p[Crictl]))
+		ds = append(ds, Download{Crictl, ct, ct + ".sha256", p[Crictl]})
+	}
+	return ds
+}
+
+// Fetch downloads each file into destDir at its bundle path. The expected
+// SHA-256 comes from the upstream checksum file; the payload streams to a
+// temp file next to its destination and is renamed into place only when
+// it hashes to that value, and its .sha256 sidecar is written after it. A
+// file already present with the right hash is not downloaded again.
+func Fetch(ctx context.Context, client *http.Client, downloads []Download, destDir string) error {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	for _, d := range downloads {
+		if err := fetchOne(ctx, client, d, destDir); err != nil {
+			return fmt.Errorf("fetch %s: %w", d.Component, err)
+		}
+	}
+	return nil
+}
+
+func fetchOne(ctx context.Context, client *http.Client, d Download, destDir string) error {
+	if err := validRel(d.Path); err != nil {
+		return err
+	}
+	dst := filepath.Join(destDir, filepath.FromSlash(d.Path))
+	want, err := fetchChecksum(ctx, client, d.SHA256URL, path.Base(d.URL))
+	if err != nil {
+		return err
+	}
+	sidecar := []byte(want + "  " + path.Base(d.Path) + "\n")
+	if sum, _, err := hashFile(ctx, dst); err == nil && sum == want {
+		_, err := fsutil.WriteFile(dst+".sha256", sidecar, 0o644)
+		return err
+	}
+	if err := fsutil.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	body, err := get(ctx, client, d.URL)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, h), body); err != nil {
+		return fmt.Errorf("GET %s: %w", d.URL, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("%s: sha256 %s != %s from %s", d.URL, got, want, d.SHA256URL)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	done = true
+	_, err = fsutil.WriteFile(dst+".sha256", sidecar, 0o644)
+	return err
+}
+
+func get(ctx context.Context, client *http.Client, url string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return resp.Body, nil
+}
+
+// fetchChecksum reads a sha256sum-style checksum file and returns the
+// hash for file: the line naming it, or the only hash when the file holds
+// a bare one (dl.k8s.io's .sha256).
+func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (string, error) {
+	body, err := get(ctx, client, url)
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	var only string
+	lines := 0
+	sc := bufio.NewScanner(io.LimitReader(body, 1<<20))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		lines++
+		sum := strings.ToLower(f[0])
+		if !validHex(sum) {
+			continue
+		}
+		if len(f) == 1 {
+			only = sum
+			continue
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(f[1], "*"), "./")
+		if name == file || path.Base(name) == file {
+			return sum, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	if only != "" && lines == 1 {
+		return only, nil
+	}
+	return "", fmt.Errorf("%s: no SHA-256 for %s", url, file)
+}

@@ -1,0 +1,255 @@
+package artifact
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// Where things go inside the machine rootfs.
+const (
+	MachineBinDir  = "/usr/local/bin"
+	MachineSbinDir = "/usr/local/sbin"
+	CNIBinDir      = "/opt/cni/bin"
+	// ImageDir holds image archives for the node package to import into
+	// containerd. The agent's state dir has the same path in the machine.
+	ImageDir = layout.StateDir + "/images"
+)
+
+const (
+	binMode   fs.FileMode = 0o755
+	imageMode fs.FileMode = 0o644
+)
+
+type installer struct {
+	ctx         context.Context
+	dir         string
+	machineRoot string
+	log         *slog.Logger
+	files       int
+	changed     int
+}
+
+// Install verifies the bundle in dir (integrity only: compare versions
+// with the config through Verify first) and then installs it into the
+// machine rootfs machineRoot: kubelet, kubectl, containerd's bin/* and
+// crictl into /usr/local/bin, runc as /usr/local/sbin/runc, the CNI
+// plugins into /opt/cni/bin, and image archives into ImageDir. Nothing is
+// written unless the whole bundle verifies. Writes are atomic, and a file
+// that already has the wanted content and mode is left alone, so a re-run
+// reports Changed=false. Directories are resolved inside machineRoot, so
+// links in the rootfs cannot redirect a write to the host.
+func Install(ctx context.Context, dir, machineRoot string, log *slog.Logger) (task.Result, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, ps := verify(ctx, dir, Components{})
+	if len(ps) > 0 {
+		return task.Result{}, fmt.Errorf("verify bundle %s: %w", dir, Problems(ps))
+	}
+	if fi, err := os.Stat(machineRoot); err != nil || !fi.IsDir() {
+		return task.Result{}, fmt.Errorf("machine rootfs %s does not exist: provision the machine first", machineRoot)
+	}
+	in := &installer{ctx: ctx, dir: dir, machineRoot: machineRoot, log: log}
+	for _, f := range m.Files {
+		var err error
+		switch f.Component {
+		case Kubelet, Kubectl:
+			err = in.file(f, MachineBinDir, path.Base(f.Path), binMode)
+		case Runc:
+			err = in.file(f, MachineSbinDir, "runc", binMode)
+		case Containerd:
+			err = in.tarball(f, MachineBinDir, func(name string) (string, bool) {
+				rest, ok := strings.CutPrefix(name, "bin/")
+				return rest, ok && rest != "" && !strings.Contains(rest, "/")
+			})
+		case CNI, Crictl:
+			dst := CNIBinDir
+			if f.Component == Crictl {
+				dst = MachineBinDir
+			}
+			err = in.tarball(f, dst, func(name string) (string, bool) {
+				return name, !strings.Contains(name, "/")
+			})
+		case ImageFile:
+			err = in.file(f, ImageDir, path.Base(f.Path), imageMode)
+		}
+		if err != nil {
+			return task.Result{Changed: in.changed > 0}, fmt.Errorf("install %s: %w", f.Path, err)
+		}
+	}
+	return task.Result{
+		Changed: in.changed > 0,
+		Detail:  fmt.Sprintf("%d files from %s in %s, %d changed", in.files, dir, machineRoot, in.changed),
+	}, nil
+}
+
+// target resolves machine directory dir inside the rootfs, creating it.
+func (in *installer) target(dir, name string) (string, error) {
+	d, err := fsutil.MkdirInRoot(in.machineRoot, strings.TrimPrefix(dir, "/"), 0o755)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, name), nil
+}
+
+func (in *installer) file(f File, dir, name string, mode fs.FileMode) error {
+	dst, err := in.target(dir, name)
+	if err != nil {
+		return err
+	}
+	open := func() (io.ReadCloser, error) { return os.Open(filepath.Join(in.dir, filepath.FromSlash(f.Path))) }
+	return in.place(dst, open, mode, f.SHA256)
+}
+
+// tarball installs the executable regular members pick accepts. A tarball
+// that yields none is an error: the bundle is not what it says.
+func (in *installer) tarball(f File, dir string, pick func(name string) (string, bool)) error {
+	src := filepath.Join(in.dir, filepath.FromSlash(f.Path))
+	fh, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	// Hash while reading: what is unpacked must be what was verified.
+	h := sha256.New()
+	zr, err := gzip.NewReader(io.TeeReader(fh, h))
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(zr)
+	n := 0
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if hdr.Typeflag != tar.TypeReg || hdr.Mode&0o111 == 0 {
+			continue // LICENSE, README.md, directories
+		}
+		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		base, ok := pick(name)
+		if !ok || base == "." || base == ".." || strings.HasPrefix(name, "/") || strings.HasPrefix(name, "../") {
+			continue
+		}
+		dst, err := in.target(dir, base)
+		if err != nil {
+			return err
+		}
+		if err := in.place(dst, func() (io.ReadCloser, error) { return io.NopCloser(tr), nil }, binMode, ""); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		n++
+	}
+	if _, err := io.Copy(io.Discard, fh); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return fmt.Errorf("changed while installing: sha256 %s != manifest %s", got, f.SHA256)
+	}
+	if n == 0 {
+		return fmt.Errorf("no executables found in the tarball")
+	}
+	return nil
+}
+
+// place makes dst hold the content open yields with mode. When wantHex is
+// known, a dst that already matches is skipped without reading the
+// source, and content that does not hash to it is refused. The new
+// content goes to a temp file next to dst and is renamed over it (a
+// symlink at dst is replaced, not followed).
+func (in *installer) place(dst string, open func() (io.ReadCloser, error), mode fs.FileMode, wantHex string) error {
+	in.files++
+	if wantHex != "" {
+		if same, err := sameFile(in.ctx, dst, mode, wantHex); err != nil {
+			return err
+		} else if same {
+			return nil
+		}
+	}
+	r, err := open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{in.ctx, r}); err != nil {
+		return err
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if wantHex != "" && got != wantHex {
+		return fmt.Errorf("changed after verification: sha256 %s != manifest %s", got, wantHex)
+	}
+	if wantHex == "" {
+		if same, err := sameFile(in.ctx, dst, mode, got); err != nil {
+			return err
+		} else if same {
+			return nil // deferred cleanup removes the temp file
+		}
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	done = true
+	in.changed++
+	in.log.Debug("installed", "path", dst, "sha256", got)
+	return nil
+}
+
+// sameFile reports whether p is a regular file with mode and content
+// hashing to wantHex.
+func sameFile(ctx context.Context, p string, mode fs.FileMode, wantHex string) (bool, error) {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != mode.Perm() {
+		return false, nil
+	}
+	sum, _, err := hashFile(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	return sum == wantHex, nil
+}

@@ -1,0 +1,423 @@
+// Package machine owns the systemd-nspawn machines the Kubernetes worker
+// runs in: their rootfs under /var/lib/machines (unpacked from an OCI
+// image, verified layer by layer), the record of which image digest a
+// rootfs came from, the .nspawn settings file and the
+// systemd-nspawn@<name>.service drop-in, and starting, stopping and
+// entering a machine through machinectl, systemctl and nsenter.
+package machine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+	aflayout "github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// MachinesDir is where systemd-nspawn and machinectl look for machine
+// images.
+const MachinesDir = "/var/lib/machines"
+
+// OCILayoutScheme prefixes an image reference that names an OCI image
+// layout directory on the host rather than a registry.
+const OCILayoutScheme = "oci-layout://"
+
+// Dir is the rootfs directory of machine name under root.
+func Dir(root, name string) string {
+	return filepath.Join(root, MachinesDir, name)
+}
+
+// recordPath is where the digest of the image a machine's rootfs was
+// unpacked from is kept.
+func recordPath(root, name string) string {
+	return filepath.Join(root, aflayout.StateDir, "machines", name+".image")
+}
+
+// ValidateName accepts machine names that are safe as a path component,
+// a unit instance name and a hostname: [A-Za-z0-9-], not starting with
+// '-', at most 64 characters.
+func ValidateName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("machine name %q: must be 1 to 64 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-' && i > 0:
+		default:
+			return fmt.Errorf("machine name %q: character %q at offset %d is not allowed (use [A-Za-z0-9-], not starting with '-')", name, c, i)
+		}
+	}
+	return nil
+}
+
+// Provisioner unpacks OCI images into machine rootfs directories. The zero
+// value pulls anonymously with the default transport for linux/GOARCH.
+type Provisioner struct {
+	// Keychain authenticates registry pulls; nil pulls anonymously.
+	Keychain authn.Keychain
+	// Transport carries registry requests; nil uses remote.DefaultTransport.
+	Transport http.RoundTripper
+	// Platform selects from a multi-platform index; zero means
+	// linux/runtime.GOARCH.
+	Platform v1.Platform
+}
+
+// Provision makes Dir(root, name) the rootfs of imageRef with the zero
+// Provisioner. See (*Provisioner).Provision.
+func Provision(ctx context.Context, root, name, imageRef string, log *slog.Logger) (task.Result, error) {
+	return (&Provisioner{}).Provision(ctx, root, name, imageRef, log)
+}
+
+// Provision makes Dir(root, name) the rootfs of imageRef, which is either
+// oci-layout:///dir:tag (or oci-layout:///dir@sha256:...; dir is a host
+// path, opened under root) or a registry reference. The image digest is
+// resolved first: when the state record says the rootfs was unpacked from
+// that digest and the directory exists, nothing is touched. Otherwise the
+// image is unpacked next to the target, every layer checked against the
+// diff ID of the digest-verified config, and swapped in with renames, so a
+// crash leaves the old rootfs or the new one, never a mix. The machine
+// must not be running while its rootfs is replaced; that is the caller's
+// business.
+func (p *Provisioner) Provision(ctx context.Context, root, name, imageRef string, log *slog.Logger) (task.Result, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := ValidateName(name); err != nil {
+		return task.Result{}, err
+	}
+	img, digest, err := p.resolve(ctx, root, imageRef)
+	if err != nil {
+		return task.Result{}, fmt.Errorf("resolve image %s: %w", imageRef, err)
+	}
+	target := Dir(root, name)
+	rec := recordPath(root, name)
+	if have, err := os.ReadFile(rec); err == nil && strings.TrimSpace(string(have)) == digest.String() {
+		if fi, err := os.Stat(target); err == nil && fi.IsDir() {
+			return task.Result{Detail: fmt.Sprintf("%s already holds %s (%s)", target, imageRef, digest)}, nil
+		}
+	}
+
+	machines := filepath.Join(root, MachinesDir)
+	if err := fsutil.MkdirAll(machines, 0o700); err != nil {
+		return task.Result{}, err
+	}
+	if err := removeLeftovers(root, name); err != nil {
+		return task.Result{}, err
+	}
+	tmp, err := os.MkdirTemp(machines, "."+name+".tmp-")
+	if err != nil {
+		return task.Result{}, err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed into place
+	// A rootfs "/" must be traversable by every user in the machine;
+	// MkdirTemp makes it 0700. The image's own "./" entry, if any, wins.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return task.Result{}, err
+	}
+	n, err := unpack(ctx, img, digest, tmp, log)
+	if err != nil {
+		return task.Result{}, fmt.Errorf("unpack %s (%s) into %s: %w", imageRef, digest, tmp, err)
+	}
+	if err := swapIn(machines, name, tmp, target); err != nil {
+		return task.Result{}, err
+	}
+	if _, err := fsutil.WriteFile(rec, []byte(digest.String()+"\n"), 0o644); err != nil {
+		return task.Result{}, fmt.Errorf("record image digest: %w", err)
+	}
+	return task.Result{Changed: true, Detail: fmt.Sprintf("unpacked %s (%s, %d layers) into %s", imageRef, digest, n, target)}, nil
+}
+
+// ImageDigest returns the digest Dir(root, name) was last unpacked from,
+// or "" when there is no record.
+func ImageDigest(root, name string) (string, error) {
+	b, err := os.ReadFile(recordPath(root, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+func (p *Provisioner) platform() v1.Platform {
+	if p.Platform.OS != "" {
+		return p.Platform
+	}
+	return v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+}
+
+// resolve returns the image and the manifest digest it must hash to.
+func (p *Provisioner) resolve(ctx context.Context, root, ref string) (v1.Image, v1.Hash, error) {
+	if strings.HasPrefix(ref, OCILayoutScheme) {
+		return p.fromLayout(root, ref)
+	}
+	return p.fromRegistry(ctx, ref)
+}
+
+func (p *Provisioner) fromRegistry(ctx context.Context, s string) (v1.Image, v1.Hash, error) {
+	ref, err := name.ParseReference(s)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	if isLoopback(ref.Context().RegistryStr()) {
+		// Plain HTTP only for a registry on this host (a test or a local
+		// mirror); never for anything reachable over the network.
+		if ref, err = name.ParseReference(s, name.Insecure); err != nil {
+			return nil, v1.Hash{}, err
+		}
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(p.platform())}
+	if p.Keychain != nil {
+		opts = append(opts, remote.WithAuthFromKeychain(p.Keychain))
+	}
+	if p.Transport != nil {
+		opts = append(opts, remote.WithTransport(p.Transport))
+	}
+	img, err := remote.Image(ref, opts...)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	// remote checks a by-digest pull itself; by tag, the digest is what
+	// the bytes hash to.
+	got := sha256Hash(raw)
+	return img, got, nil
+}
+
+func isLoopback(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+const (
+	annotationRefName    = "org.opencontainers.image.ref.name"
+	annotationImageName  = "io.containerd.image.name"
+	mediaTypeOCIIndex    = "application/vnd.oci.image.index.v1+json"
+	mediaTypeDockerIndex = "application/vnd.docker.distribution.manifest.list.v2+json"
+)
+
+func (p *Provisioner) fromLayout(root, s string) (v1.Image, v1.Hash, error) {
+	dir, want, err := config.ParseOCILayoutRef(s)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	dir = filepath.Join(root, dir)
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	byDigest := strings.HasPrefix(want, "sha256:")
+	var found *v1.Descriptor
+	for i := range im.Manifests {
+		d := &im.Manifests[i]
+		if byDigest && d.Digest.String() == want ||
+			!byDigest && (d.Annotations[annotationRefName] == want || strings.HasSuffix(d.Annotations[annotationImageName], ":"+want)) {
+			found = d
+			break
+		}
+	}
+	if found == nil {
+		return nil, v1.Hash{}, fmt.Errorf("%s: no manifest for %q in index.json", dir, want)
+	}
+	switch string(found.MediaType) {
+	case mediaTypeOCIIndex, mediaTypeDockerIndex:
+		child, err := idx.ImageIndex(found.Digest)
+		if err != nil {
+			return nil, v1.Hash{}, err
+		}
+		cm, err := child.IndexManifest()
+		if err != nil {
+			return nil, v1.Hash{}, err
+		}
+		plat := p.platform()
+		for _, d := range cm.Manifests {
+			if d.Platform != nil && d.Platform.Satisfies(plat) {
+				img, err := child.Image(d.Digest)
+				return img, d.Digest, err
+			}
+		}
+		return nil, v1.Hash{}, fmt.Errorf("%s: %q has no manifest for %s", dir, want, plat)
+	}
+	img, err := idx.Image(found.Digest)
+	return img, found.Digest, err
+}
+
+func sha256Hash(b []byte) v1.Hash {
+	sum := sha256.Sum256(b)
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+}
+
+// unpack extracts img into dir after checking the chain of digests:
+// manifest bytes against digest, config bytes against the manifest, and
+// each layer's uncompressed stream against the config's diff IDs. A
+// mismatch fails the unpack; the temp dir is thrown away by the caller.
+func unpack(ctx context.Context, img v1.Image, digest v1.Hash, dir string, log *slog.Logger) (int, error) {
+	raw, err := img.RawManifest()
+	if err != nil {
+		return 0, err
+	}
+	if got := sha256Hash(raw); got != digest {
+		return 0, fmt.Errorf("manifest hashes to %s, want %s", got, digest)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return 0, err
+	}
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return 0, err
+	}
+	if got := sha256Hash(rawCfg); got != m.Config.Digest {
+		return 0, fmt.Errorf("config hashes to %s, manifest says %s", got, m.Config.Digest)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return 0, err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return 0, err
+	}
+	if len(layers) != len(cfg.RootFS.DiffIDs) {
+		return 0, fmt.Errorf("manifest has %d layers, config lists %d diff IDs", len(layers), len(cfg.RootFS.DiffIDs))
+	}
+	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		ld, _ := l.Digest()
+		if err := extractLayer(l, cfg.RootFS.DiffIDs[i], dir); err != nil {
+			return 0, fmt.Errorf("layer %d (%s): %w", i, ld, err)
+		}
+		log.Debug("layer unpacked", "layer", i, "digest", ld.String())
+	}
+	return len(layers), nil
+}
+
+func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
+	if diffID.Algorithm != "sha256" {
+		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	h := sha256.New()
+	r := io.TeeReader(rc, h)
+	if err := fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: true, Devices: true}); err != nil {
+		return err
+	}
+	// The tar reader stops at the end-of-archive marker; hash the padding
+	// too, and let a verifying reader underneath see EOF.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	if err := rc.Close(); err != nil {
+		return err
+	}
+	if got := hexOf(h); got != diffID.Hex {
+		return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
+	}
+	return nil
+}
+
+func hexOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
+
+// swapIn replaces target with the fully unpacked tmp: the old tree is
+// renamed away first, then tmp renamed in, then the old tree removed.
+func swapIn(machines, name, tmp, target string) error {
+	old := ""
+	if _, err := os.Lstat(target); err == nil {
+		// rename(2) replaces an empty directory, so reserve a unique name
+		// with MkdirTemp and move the old rootfs onto it (os.Rename
+		// refuses a directory target; the syscall does not).
+		o, err := os.MkdirTemp(machines, "."+name+".old-")
+		if err != nil {
+			return err
+		}
+		if err := syscall.Rename(target, o); err != nil {
+			os.Remove(o)
+			return fmt.Errorf("move old rootfs aside: %w", err)
+		}
+		old = o
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		if old != "" {
+			_ = os.Rename(old, target)
+		}
+		return fmt.Errorf("move new rootfs into place: %w", err)
+	}
+	if old != "" {
+		if err := os.RemoveAll(old); err != nil {
+			return fmt.Errorf("remove old rootfs %s: %w", old, err)
+		}
+	}
+	return nil
+}
+
+// removeLeftovers deletes temp and old trees a crashed Provision left.
+func removeLeftovers(root, name string) error {
+	machines := filepath.Join(root, MachinesDir)
+	for _, pat := range []string{"." + name + ".tmp-*", "." + name + ".old-*"} {
+		matches, err := filepath.Glob(filepath.Join(machines, pat))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			if err := os.RemoveAll(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// trimOutput is the last non-empty line of a command's output.
+func trimOutput(b []byte) string {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	return strings.TrimSpace(string(lines[len(lines)-1]))
+}
