@@ -106,6 +106,8 @@ Agent-owned files live under the install prefix declared in the config
 		newInstallServiceCommand(),
 		newUninstallServiceCommand(),
 		newAgentCommand(),
+		newStartCommand(),
+		newResetCommand(),
 		newPreflightCommand(),
 	)
 	for _, c := range root.Commands() {

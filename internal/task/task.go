@@ -48,6 +48,9 @@ type Record struct {
 // Runner runs tasks, logging one line each and keeping the records.
 type Runner struct {
 	Log *slog.Logger
+	// Starting, when set, is told each task's name before it runs, so a
+	// terminal shows which step is in progress during long waits.
+	Starting func(name string)
 	mu  sync.Mutex
 	Rec []Record
 }
@@ -55,6 +58,9 @@ type Runner struct {
 // Run runs one task, logs `task=<name> status=ok|failed changed=<bool>`,
 // and wraps a failure with the task name so errors read outside in.
 func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
+	if r.Starting != nil {
+		r.Starting(t.Name())
+	}
 	start := time.Now()
 	res, err := t.Do(ctx)
 	d := time.Since(start)

@@ -1,0 +1,239 @@
+// Package bootstrap owns the `start` pipeline that joins this host to the
+// cluster, and `reset`, which undoes exactly what start created. Each step
+// is a small idempotent task: a second start on a converged host changes
+// nothing and says so.
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/artifact"
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/node"
+	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// DefaultMachine is the active side of the blue/green pair.
+const DefaultMachine = "kube1"
+
+// JoinedMarker is written last by a successful start; a first-boot unit
+// uses ConditionPathExists=! on it so provisioning runs once.
+const JoinedMarker = "joined"
+
+// Pipeline is one run of start or reset.
+type Pipeline struct {
+	Layout      layout.Layout
+	Config      *config.Config
+	ConfigFile  string // host path
+	ConfigData  []byte
+	Log         *slog.Logger
+	Progress    io.Writer // terminal progress; nil for none
+	Exec        Runner    // host commands; nil runs them for real
+	ProcDir     string    // default /proc
+	Machine     string    // default kube1
+	JoinTimeout time.Duration
+
+	// restartNode is set when node components or config changed, so a
+	// running machine restarts containerd and the kubelet to pick them up.
+	restartNode bool
+
+	tracker *state.Tracker
+	runner  *task.Runner
+	control *machine.Control
+}
+
+func (p *Pipeline) procDir() string {
+	if p.ProcDir != "" {
+		return p.ProcDir
+	}
+	return "/proc"
+}
+
+func (p *Pipeline) machineName() string {
+	if p.Machine != "" {
+		return p.Machine
+	}
+	return DefaultMachine
+}
+
+func (p *Pipeline) machineRoot() string { return machine.Dir(p.Layout.Root, p.machineName()) }
+
+// track records a host path before it is created, so reset can remove it
+// even after a crash half-way through start.
+func (p *Pipeline) track(paths ...string) error {
+	if p.tracker == nil {
+		dir := p.Layout.OnRoot(p.Layout.StateDir)
+		_, statErr := os.Stat(dir)
+		if err := fsutil.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		t, err := state.OpenTracker(dir)
+		if err != nil {
+			return err
+		}
+		p.tracker = t
+		if errors.Is(statErr, os.ErrNotExist) {
+			if err := t.Add(p.Layout.StateDir); err != nil {
+				return err
+			}
+		}
+	}
+	return p.tracker.Add(paths...)
+}
+
+func (p *Pipeline) progressf(format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, "[start] "+format+"\n", args...)
+	}
+}
+
+func (p *Pipeline) init() {
+	if p.Log == nil {
+		p.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if p.JoinTimeout == 0 {
+		p.JoinTimeout = 5 * time.Minute
+	}
+	p.runner = &task.Runner{Log: p.Log, Starting: func(name string) { p.progressf("%s ...", name) }}
+	p.control = &machine.Control{}
+	if p.Exec != nil {
+		p.control.Run = machine.Runner(p.Exec)
+	}
+}
+
+// Records are the finished tasks of the last run, for summaries.
+func (p *Pipeline) Records() []task.Record { return p.runner.Rec }
+
+// Start runs the join. Preflight has already passed (the caller runs it
+// with the user's --ignore-preflight-errors).
+func (p *Pipeline) Start(ctx context.Context) (changed bool, err error) {
+	p.init()
+	start := time.Now()
+	mode, err := machine.HostCgroupMode(p.Layout.Root)
+	if err != nil {
+		return false, fmt.Errorf("detect cgroup mode: %w", err)
+	}
+	tasks := []task.Task{
+		p.layoutDirsTask(),
+		p.kernelModulesTask(),
+		p.sysctlTask(),
+		p.swapOffTask(),
+		p.provisionTask(),
+		p.installComponentsTask(),
+		p.nspawnFilesTask(mode),
+		p.nodeConfigTask(mode),
+		p.startMachineTask(),
+		p.importImagesTask(),
+		p.waitTLSBootstrapTask(),
+		p.waitNodeReadyTask(),
+		p.saveStateTask(),
+		p.agentServiceTask(),
+		p.joinedMarkerTask(),
+	}
+	changed, err = p.runner.Serial(ctx, tasks...)
+	if err != nil {
+		return changed, err
+	}
+	if changed {
+		p.progressf("node %s joined in %v", p.Config.Agent.NodeName, time.Since(start).Round(time.Millisecond))
+	} else {
+		p.progressf("node %s already joined: nothing changed (%v)", p.Config.Agent.NodeName, time.Since(start).Round(time.Millisecond))
+	}
+	return changed, nil
+}
+
+func (p *Pipeline) provisionTask() task.Task {
+	return task.Func{N: "provision-machine", F: func(ctx context.Context) (task.Result, error) {
+		if p.Config.Bootstrap.OCIImage == "" {
+			return task.Result{}, errors.New("bootstrap.ociImage is not set in " + p.ConfigFile + ": name the worker image (registry reference or oci-layout:///dir:tag)")
+		}
+		name := p.machineName()
+		if err := p.track(machine.MachinesDir+"/"+name, layout.StateDir+"/machines"); err != nil {
+			return task.Result{}, err
+		}
+		return machine.Provision(ctx, p.Layout.Root, name, p.Config.Bootstrap.OCIImage, p.Log)
+	}}
+}
+
+func (p *Pipeline) components() artifact.Components {
+	c := p.Config.Components
+	return artifact.Components{Kubernetes: c.Kubernetes, Containerd: c.Containerd, Runc: c.Runc, CNI: p.Config.Networking.CNIVersion}
+}
+
+// bundleDir resolves where the node components come from: the offline
+// source, or a staging dir under the state dir filled from upstream.
+func (p *Pipeline) bundleDir(ctx context.Context) (string, error) {
+	src := p.Config.Bootstrap.OfflineArtifacts.Source
+	if src != "" {
+		dir, err := artifact.ResolveSource(src, p.Config.Components.Kubernetes)
+		if err != nil {
+			return "", fmt.Errorf("bootstrap.offlineArtifacts.source: %w", err)
+		}
+		if filepath.IsAbs(dir) {
+			return p.Layout.OnRoot(dir), nil
+		}
+		return "", fmt.Errorf("bootstrap.offlineArtifacts.source %q: only local bundles (absolute path or file://) are supported by this build", dir)
+	}
+	staged := filepath.Join(layout.StateDir, "bundles", "k8s-"+p.Config.Components.Kubernetes)
+	if err := p.track(filepath.Dir(staged), staged); err != nil {
+		return "", err
+	}
+	dir := p.Layout.OnRoot(staged)
+	if err := artifact.Fetch(ctx, nil, artifact.UpstreamURLs(p.components(), "amd64"), dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+func (p *Pipeline) installComponentsTask() task.Task {
+	return task.Func{N: "install-node-components", F: func(ctx context.Context) (task.Result, error) {
+		dir, err := p.bundleDir(ctx)
+		if err != nil {
+			return task.Result{}, err
+		}
+		if probs := artifact.Verify(ctx, dir, p.components()); len(probs) > 0 {
+			return task.Result{}, artifact.Problems(probs)
+		}
+		res, err := artifact.Install(ctx, dir, p.machineRoot(), p.Log)
+		p.restartNode = p.restartNode || res.Changed
+		return res, err
+	}}
+}
+
+func (p *Pipeline) nspawnFilesTask(mode string) task.Task {
+	return task.Func{N: "write-nspawn-files", F: func(ctx context.Context) (task.Result, error) {
+		name := p.machineName()
+		if err := p.track(machine.NspawnPath(name), filepath.Dir(machine.DropInPath(name)), machine.DropInPath(name)); err != nil {
+			return task.Result{}, err
+		}
+		changed, err := machine.WriteFiles(p.Layout.Root, name, machine.Options{AdditionalHostDevices: p.Config.Bootstrap.AdditionalHostDevices, CgroupMode: mode})
+		return task.Result{Changed: changed}, err
+	}}
+}
+
+// nodeOptions are the knobs that come from the host rather than the file.
+func (p *Pipeline) nodeOptions(mode string) node.Options {
+	return node.Options{
+		CgroupV1:            mode != "v2",
+		RestrictOOMScoreAdj: node.DetectRestrictOOMScoreAdj(),
+	}
+}
+
+func (p *Pipeline) nodeConfigTask(mode string) task.Task {
+	return task.Func{N: "write-node-config", F: func(ctx context.Context) (task.Result, error) {
+		changed, _, err := node.Write(p.machineRoot(), p.Config, p.nodeOptions(mode))
+		p.restartNode = p.restartNode || changed
+		return task.Result{Changed: changed}, err
+	}}
+}

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/bootstrap"
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/preflight"
+)
+
+func newStartCommand() *cobra.Command {
+	var path string
+	var opts preflight.Options
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:     "start",
+		Aliases: []string{"bootstrap"},
+		Short:   "Join this host to the cluster (runs preflight first; idempotent)",
+		Long: `Join this host to the cluster as a worker node: run the preflight checks
+and refuse on any error before touching the host; prepare the host (kernel
+modules, sysctls, swap off, layout dirs); provision the machine kube1 from
+bootstrap.ociImage; install the node components from the offline bundle or
+upstream, verified; write the machine's nspawn files, containerd, kubelet and
+CNI config; start it; wait for the kubelet's TLS bootstrap and for the Node to
+be Ready; save the applied state and start aks-flex-node-agent.service.
+
+A second start on a converged host changes nothing and says so.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Validate(preflight.DefaultNames); err != nil {
+				return invalid(err)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("start: config: %w", err)
+			}
+			c, err := config.Parse(path, data)
+			if err != nil {
+				return invalid(fmt.Errorf("start: %w", err))
+			}
+			l, err := c.Layout("/", path)
+			if err != nil {
+				return invalid(err)
+			}
+			out := cmd.OutOrStdout()
+			report := preflight.Run(cmd.Context(), preflight.Checks(&preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l}), opts)
+			if err := report.WriteText(out); err != nil {
+				return err
+			}
+			if report.Failed(opts.FailOnWarnings) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused by preflight before touching the host; nothing was changed")
+				return &exitError{code: ExitFailure, err: errSilent}
+			}
+			p := &bootstrap.Pipeline{
+				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
+				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
+				Progress:    out,
+				JoinTimeout: timeout,
+			}
+			if _, err := p.Start(cmd.Context()); err != nil {
+				return fmt.Errorf("start: %w", err)
+			}
+			return nil
+		},
+	}
+	addConfigFlag(cmd, &path)
+	preflight.AddFlags(cmd.Flags(), &opts)
+	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready")
+	return cmd
+}
+
+func newResetCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:     "reset",
+		Aliases: []string{"unbootstrap"},
+		Short:   "Undo start: stop and remove the machine, agent units, state and logs (keeps the binary)",
+		Long: `Stop kubelet, containerd and the machine; remove the machine and its nspawn
+files, the agent units, the applied state, the logs and the layout's lib dir
+content; everything start created is tracked, so exactly that is removed. The
+agent binary stays (uninstall.sh removes it). Safe to run twice and after a
+half-finished start. The layout comes from --config; an absent config selects
+the default layout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger(cmd.ErrOrStderr(), 0)
+			l, err := config.LookupLayout("/", path, log)
+			if err != nil {
+				var ie *config.InvalidError
+				if errors.As(err, &ie) {
+					return invalid(err)
+				}
+				return err
+			}
+			p := &bootstrap.Pipeline{Layout: l, ConfigFile: path, Log: log}
+			changed, err := p.Reset(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("reset: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "[reset] done (changed=%t)\n", changed)
+			return nil
+		},
+	}
+	addConfigFlag(cmd, &path)
+	return cmd
+}
