@@ -51,8 +51,8 @@ type Runner struct {
 	// Starting, when set, is told each task's name before it runs, so a
 	// terminal shows which step is in progress during long waits.
 	Starting func(name string)
-	mu  sync.Mutex
-	Rec []Record
+	mu       sync.Mutex
+	Rec      []Record
 }
 
 // Run runs one task, logs `task=<name> status=ok|failed changed=<bool>`,
