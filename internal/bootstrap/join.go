@@ -93,6 +93,9 @@ func (p *Pipeline) importImagesTask() task.Task {
 	}}
 }
 
+// kubeletClientCert is where the kubelet links its issued client certificate.
+const kubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+
 func (p *Pipeline) kubeletKubeconfig() string {
 	return filepath.Join(p.machineRoot(), node.KubeletKubeconf)
 }
@@ -101,8 +104,11 @@ func (p *Pipeline) waitTLSBootstrapTask() task.Task {
 	return task.Func{N: "wait-tls-bootstrap", F: func(ctx context.Context) (task.Result, error) {
 		wctx, cancel := context.WithTimeout(ctx, p.JoinTimeout)
 		defer cancel()
-		if err := waitFile(wctx, p.kubeletKubeconfig(), 250*time.Millisecond); err != nil {
-			return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet): %w; %s", p.JoinTimeout, node.KubeletKubeconf, err, p.logHint("kubelet"))
+		// The kubelet writes its kubeconfig early; the bootstrap is done
+		// when the issued client certificate is in place.
+		cert := filepath.Join(p.machineRoot(), kubeletClientCert)
+		if err := waitFile(wctx, cert, 250*time.Millisecond); err != nil {
+			return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", p.JoinTimeout, kubeletClientCert, err, p.logHint("kubelet"))
 		}
 		return task.Result{}, nil
 	}}
