@@ -26,6 +26,13 @@ var Sysctls = [][2]string{
 	{"net.ipv4.ip_forward", "1"},
 	{"net.bridge.bridge-nf-call-iptables", "1"},
 	{"net.bridge.bridge-nf-call-ip6tables", "1"},
+	// The kubelet's container manager insists on these and writes them
+	// itself when they differ; inside the machine /proc/sys is read-only
+	// outside net.*, so the host sets them first and the kubelet finds
+	// nothing to change.
+	{"vm.overcommit_memory", "1"},
+	{"kernel.panic", "10"},
+	{"kernel.panic_on_oops", "1"},
 }
 
 const (

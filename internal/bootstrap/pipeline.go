@@ -214,6 +214,12 @@ func (p *Pipeline) installComponentsTask() task.Task {
 func (p *Pipeline) nspawnFilesTask(mode string) task.Task {
 	return task.Func{N: "write-nspawn-files", F: func(ctx context.Context) (task.Result, error) {
 		name := p.machineName()
+		// The .nspawn dir is ours only if we are the ones creating it.
+		if _, err := os.Stat(p.Layout.OnRoot(filepath.Dir(machine.NspawnPath(name)))); errors.Is(err, os.ErrNotExist) {
+			if err := p.track(filepath.Dir(machine.NspawnPath(name))); err != nil {
+				return task.Result{}, err
+			}
+		}
 		if err := p.track(machine.NspawnPath(name), filepath.Dir(machine.DropInPath(name)), machine.DropInPath(name)); err != nil {
 			return task.Result{}, err
 		}

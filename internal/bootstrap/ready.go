@@ -14,11 +14,11 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// waitFile waits for path to exist; the kubelet writes its kubeconfig only
-// once the TLS bootstrap (CSR created, approved, signed) has finished.
+// waitFile waits for path to exist. Lstat, not Stat: the kubelet's
+// certificate link is absolute inside the machine and dangles from the host.
 func waitFile(ctx context.Context, path string, every time.Duration) error {
 	for {
-		if _, err := os.Stat(path); err == nil {
+		if _, err := os.Lstat(path); err == nil {
 			return nil
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return err

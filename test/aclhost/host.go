@@ -240,7 +240,13 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (*Host, error) {
 // mode must match the host's: on a cgroup v1/hybrid host (this build
 // machine) a unified-hierarchy machine registers pods that then all fail.
 func nspawnEnv() []string {
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		// A real host can set its sysctls (ip_forward, the bridge
+		// netfilter knobs, the kernel settings the kubelet requires);
+		// nspawn mounts /proc/sys read-only unless told otherwise.
+		"SYSTEMD_NSPAWN_API_VFS_WRITABLE=yes",
+	}
 	var st syscall.Statfs_t
 	const cgroup2Magic = 0x63677270
 	if err := syscall.Statfs("/sys/fs/cgroup", &st); err == nil && st.Type == cgroup2Magic {

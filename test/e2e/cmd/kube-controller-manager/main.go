@@ -1,0 +1,20 @@
+// Copyright The Kubernetes Authors; adapted from k8s.io/kubernetes/cmd (Apache-2.0).
+// Built for the end-to-end test control plane only.
+
+// Command kube-controller-manager is the upstream controller manager entry point.
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // for CronJob time zone support
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"          // JSON log format
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics
+	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+}
