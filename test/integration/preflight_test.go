@@ -124,3 +124,30 @@ func TestPreflightMissingToolOnACLHost(t *testing.T) {
 		t.Fatalf("missing nsenter: exit %d, host-packages %s %q:\n%s", code, sev, msg, out)
 	}
 }
+
+func TestStartRefusesEmptyPrefixOnACLHost(t *testing.T) {
+	h := prepare(t, aclhost.ACL, testConfig(t, ""))
+	before := snapshot(t, h)
+	beforeRun, err := h.Snapshot("/run", "/tmp", "/var/tmp")
+	must(t, err)
+	stdout, stderr, err := h.Run(context.Background(), "/root/dist/aks-flex-node", "start", "--config", "/etc/aks-flex-node/config.json",
+		"--ignore-preflight-errors=api-server-reachable,bootstrap-token")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("start with an empty prefix on a read-only /usr: %v\n%s\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "[ERROR host-layout]") || !strings.Contains(stderr, "refused by preflight") {
+		t.Errorf("refusal does not say why:\n%s\n%s", stdout, stderr)
+	}
+	if d := aclhost.Diff(before, snapshot(t, h)); len(d) > 0 {
+		t.Errorf("a refused start wrote:\n%s", strings.Join(d, "\n"))
+	}
+	afterRun, err := h.Snapshot("/run", "/tmp", "/var/tmp")
+	must(t, err)
+	if d := aclhost.Diff(beforeRun, afterRun); len(d) > 0 {
+		t.Errorf("a refused start changed /run or a temp dir:\n%s", strings.Join(d, "\n"))
+	}
+	if out, _, _ := h.Run(context.Background(), "machinectl", "list", "--no-legend"); strings.TrimSpace(out) != "" {
+		t.Errorf("a machine is running after a refused start: %s", out)
+	}
+}
