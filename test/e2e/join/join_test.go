@@ -105,6 +105,12 @@ func TestACLJoin(t *testing.T) {
 
 	h := aclhost.MustStart(t, aclhost.Options{Variant: aclhost.ACL, Name: "join", NetNS: ns, ExtraArgs: []string{
 		"--bind=/dev/kmsg", // a real host has one; the kubelet needs it
+		// A real host filters no syscalls; runc needs the keyring ones.
+		"--system-call-filter=@keyring bpf",
+		// The test host's root is an overlay; containerd's overlay
+		// snapshotter cannot stack on that, so give the machines a real
+		// filesystem, as /var/lib is on a real host.
+		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + layoutDir + ":/var/lib/aks-flex-node-test/worker",
 		"--bind-ro=" + bundle + ":/var/lib/aks-flex-node-test/bundle",
 	}})
@@ -154,10 +160,11 @@ func TestACLJoin(t *testing.T) {
 	client := cp.Client
 	waitReady(t, ctx, client)
 
-	// Not yet asserted: a busybox pod from the bundle. The node is Ready,
-	// but its pod sandbox stays in ContainerCreating in this nested
-	// setup; runPod is kept for when that is fixed.
-	_ = runPod
+	// A busybox pod from the bundle runs and its logs come back through the API server.
+	logs := runPod(t, ctx, client, h)
+	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
+		t.Errorf("pod logs %q", logs)
+	}
 
 	// Nothing under /usr, the agent runs from the prefix.
 	changes, err := h.Changes()
@@ -216,7 +223,7 @@ func waitReady(t *testing.T, ctx context.Context, c *kubernetes.Clientset) {
 	t.Fatalf("node %s not Ready", nodeName)
 }
 
-func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset) string {
+func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclhost.Host) string {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
 		Spec: corev1.PodSpec{
@@ -248,7 +255,14 @@ func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset) string {
 	}
 	if phase != corev1.PodSucceeded {
 		p, _ := c.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
-		t.Fatalf("pod not Succeeded: %+v", p.Status)
+		var events []string
+		if evs, err := c.CoreV1().Events("default").List(ctx, metav1.ListOptions{}); err == nil {
+			for _, e := range evs.Items {
+				events = append(events, e.Reason+": "+e.Message)
+			}
+		}
+		j, _, _ := h.Run(ctx, "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "60", "-u", "containerd")
+		t.Fatalf("pod not Succeeded: %s\nevents:\n%s\ncontainerd:\n%s", p.Status.Phase, strings.Join(events, "\n"), j)
 	}
 	b, err := c.CoreV1().Pods("default").GetLogs("hello", &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
