@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +30,6 @@ import (
 const (
 	hostAddr = "10.250.0.2" // the test host's end of the veth
 	cpAddr   = "10.250.0.1" // the control plane's end, on this machine
-	nodeName = "acl-node-1"
 )
 
 func repoRoot() string {
@@ -73,37 +74,99 @@ func buildAgent(t *testing.T, out string) {
 	}
 }
 
-func TestACLJoin(t *testing.T) {
+// scenario is one kind of host joining.
+type scenario struct {
+	name     string
+	variant  aclhost.Variant
+	prefix   string
+	agent    string // where install.sh puts the binary for this layout
+	nodeName string
+}
+
+var scenarios = []scenario{
+	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", nodeName: "acl-node-1"},
+	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", nodeName: "debian-node-1"},
+}
+
+// env is what every scenario shares: one control plane, the fixtures and
+// the agent binary.
+type env struct {
+	ctx       context.Context
+	cp        *controlplane.ControlPlane
+	binDir    string
+	layoutDir string
+	bundle    string
+	manifest  fixtures.Manifest
+	dist      string
+	ns        string
+}
+
+func TestJoin(t *testing.T) {
 	aclhost.RequireE2E(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-
-	binDir, err := controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl")
-	if err != nil {
+	e := &env{ctx: ctx}
+	var err error
+	if e.binDir, err = controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl"); err != nil {
 		t.Fatal(err)
 	}
-	layoutDir, workerRef, err := fixtures.WorkerImage(ctx, t.Logf)
-	if err != nil {
+	if e.layoutDir, _, err = fixtures.WorkerImage(ctx, t.Logf); err != nil {
 		t.Fatal(err)
 	}
-	bundle, m, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: "1.35.4"})
-	if err != nil {
+	if e.bundle, e.manifest, err = fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: e.binDir + "/kubelet", KubectlPath: e.binDir + "/kubectl", KubernetesVersion: "1.35.4"}); err != nil {
 		t.Fatal(err)
 	}
-	_ = workerRef
-	ns := netns(t)
-	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: binDir, WorkDir: t.TempDir(), AdvertiseAddress: cpAddr, Logf: t.Logf})
-	if err != nil {
+	e.ns = netns(t)
+	if e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: e.binDir, WorkDir: t.TempDir(), AdvertiseAddress: cpAddr, Logf: t.Logf}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			cp.DumpLogs(os.Stderr)
+			e.cp.DumpLogs(os.Stderr)
 		}
-		_ = cp.Stop()
+		_ = e.cp.Stop()
 	})
+	e.dist = t.TempDir()
+	buildAgent(t, e.dist+"/aks-flex-node")
+	only := os.Getenv("AKS_FLEX_NODE_SCENARIO")
+	for _, sc := range scenarios {
+		if only != "" && only != sc.name {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) { e.run(t, sc) })
+	}
+}
 
-	h := aclhost.MustStart(t, aclhost.Options{Variant: aclhost.ACL, Name: "join", NetNS: ns, ExtraArgs: []string{
+func (e *env) config(sc scenario, edit func(kubelet, agent map[string]any)) []byte {
+	kubelet := map[string]any{"clusterFQDN": strings.TrimPrefix(e.cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(e.cp.CAPEM), "nodeIP": hostAddr}
+	agent := map[string]any{"nodeName": sc.nodeName}
+	if sc.prefix != "" {
+		agent["hostPrefix"] = sc.prefix
+	}
+	token := e.cp.Token
+	if edit != nil {
+		edit(kubelet, agent)
+		if tok, ok := kubelet["token"].(string); ok {
+			token = tok
+			delete(kubelet, "token")
+		}
+	}
+	m := e.manifest
+	cfg, _ := json.MarshalIndent(map[string]any{
+		"azure":      map[string]any{"bootstrapToken": map[string]any{"token": token}},
+		"agent":      agent,
+		"components": map[string]any{"kubernetes": m.Components.Kubernetes, "containerd": m.Components.Containerd, "runc": m.Components.Runc, "sandboxImage": fixtures.PauseImageRef},
+		"networking": map[string]any{"cniVersion": m.Components.CNI},
+		"bootstrap": map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
+			"offlineArtifacts": map[string]any{"source": "/var/lib/aks-flex-node-test/bundle"}},
+		"node": map[string]any{"kubelet": kubelet},
+	}, "", "  ")
+	return cfg
+}
+
+func (e *env) run(t *testing.T, sc scenario) {
+	ctx := e.ctx
+	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.ns, ExtraArgs: []string{
 		"--bind=/dev/kmsg", // a real host has one; the kubelet needs it
 		// A real host filters no syscalls; runc needs the keyring ones.
 		"--system-call-filter=@keyring bpf",
@@ -111,72 +174,70 @@ func TestACLJoin(t *testing.T) {
 		// snapshotter cannot stack on that, so give the machines a real
 		// filesystem, as /var/lib is on a real host.
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
-		"--bind-ro=" + layoutDir + ":/var/lib/aks-flex-node-test/worker",
-		"--bind-ro=" + bundle + ":/var/lib/aks-flex-node-test/bundle",
+		"--bind-ro=" + e.layoutDir + ":/var/lib/aks-flex-node-test/worker",
+		"--bind-ro=" + e.bundle + ":/var/lib/aks-flex-node-test/bundle",
 	}})
-	dist := t.TempDir()
-	buildAgent(t, dist+"/aks-flex-node")
-	if err := h.CopyIn(dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"install.sh", "uninstall.sh"} {
-		if err := h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755); err != nil {
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg, _ := json.MarshalIndent(map[string]any{
-		"azure":      map[string]any{"bootstrapToken": map[string]any{"token": cp.Token}},
-		"agent":      map[string]any{"nodeName": nodeName, "hostPrefix": "/opt/aks-flex-node"},
-		"components": map[string]any{"kubernetes": m.Components.Kubernetes, "containerd": m.Components.Containerd, "runc": m.Components.Runc, "sandboxImage": fixtures.PauseImageRef},
-		"networking": map[string]any{"cniVersion": m.Components.CNI},
-		"bootstrap": map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
-			"offlineArtifacts": map[string]any{"source": "/var/lib/aks-flex-node-test/bundle"}},
-		"node": map[string]any{"kubelet": map[string]any{"clusterFQDN": strings.TrimPrefix(cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(cp.CAPEM), "nodeIP": hostAddr}},
-	}, "", "  ")
-	if err := h.WriteFile("/etc/aks-flex-node/config.json", cfg, 0o600); err != nil {
-		t.Fatal(err)
+	must(h.CopyIn(e.dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755))
+	for _, s := range []string{"install.sh", "uninstall.sh"} {
+		must(h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755))
+	}
+	must(h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, nil), 0o600))
+	if sc.variant == aclhost.ACL {
+		e.refusals(t, h, sc)
 	}
 	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
-	if err != nil {
-		t.Fatal(err)
+	must(err)
+
+	install := func() {
+		h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256File(t, e.dist+"/aks-flex-node"))
 	}
-
-	sum := sha256File(t, dist+"/aks-flex-node")
-	h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sum)
-	agent := "/opt/aks-flex-node/bin/aks-flex-node"
-
 	join := func(label string) (string, time.Duration) {
 		start := time.Now()
-		out, stderr, err := h.Run(ctx, agent, "start", "--join-timeout", "2m")
+		out, stderr, err := h.Run(ctx, sc.agent, "start", "--join-timeout", "2m")
 		d := time.Since(start)
 		t.Logf("%s start took %v\n%s", label, d.Round(time.Millisecond), out)
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.Contains(l, "task=") {
+				t.Logf("  %s", l)
+			}
+		}
 		if err != nil {
 			j, _, _ := h.Run(ctx, "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "120", "-u", "kubelet")
 			t.Fatalf("%s start: %v\n%s\nkubelet:\n%s", label, err, stderr, j)
 		}
 		return out, d
 	}
+	install()
 	_, first := join("first")
-	client := cp.Client
-	waitReady(t, ctx, client)
+	client := e.cp.Client
+	waitReady(t, ctx, client, sc.nodeName)
 
 	// A busybox pod from the bundle runs and its logs come back through the API server.
-	logs := runPod(t, ctx, client, h)
+	logs := runPod(t, ctx, client, h, sc.nodeName, "hello-"+sc.name)
 	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
 		t.Errorf("pod logs %q", logs)
 	}
-
-	// Nothing under /usr, the agent runs from the prefix.
-	changes, err := h.Changes()
-	if err != nil {
-		t.Fatal(err)
+	if os.Getenv("AKS_FLEX_NODE_DEMO") == "1" {
+		e.demo(t, h, logs)
 	}
-	for _, c := range changes {
-		if strings.Contains(c, " /usr/") {
-			t.Errorf("written under /usr: %s", c)
+
+	// Nothing under /usr with a prefix; the agent runs from the layout.
+	if sc.prefix != "" {
+		changes, err := h.Changes()
+		must(err)
+		for _, c := range changes {
+			if strings.Contains(c, " /usr/") {
+				t.Errorf("written under /usr: %s", c)
+			}
 		}
 	}
-	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+agent) {
+	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+sc.agent) {
 		t.Errorf("agent ExecStart: %s", exe)
 	}
 
@@ -185,17 +246,82 @@ func TestACLJoin(t *testing.T) {
 	if !strings.Contains(out, "nothing changed") {
 		t.Errorf("second start did not report convergence:\n%s", out)
 	}
-	t.Logf("BENCH join=%v converged-rerun=%v", first.Round(time.Millisecond), second.Round(time.Millisecond))
+	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
+	rss, _, _ := h.Run(ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
+	t.Logf("BENCH scenario=%s join=%v converged-rerun=%v agent-%s", sc.name, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
 
 	// reset, then uninstall, leave nothing of ours.
-	h.RunOK(t, agent, "reset")
+	h.RunOK(t, sc.agent, "reset")
+	h.RunOK(t, sc.agent, "reset") // safe twice
 	h.RunOK(t, "/root/dist/uninstall.sh")
 	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
+	must(err)
+	if d := aclhost.Diff(before, after); len(d) > 0 {
+		t.Errorf("reset + uninstall left changes:\n%s", strings.Join(d, "\n"))
+	}
+
+	// A fresh start joins again.
+	install()
+	join("fresh")
+	waitReady(t, ctx, client, sc.nodeName)
+	h.RunOK(t, sc.agent, "reset")
+}
+
+// refusals: each bad input stops start before it touches the host, and
+// the message names the cause.
+func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
+	otherCA, err := os.ReadFile(filepath.Join(repoRoot(), "internal/config/testdata/ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		edit func(kubelet, agent map[string]any)
+		want string
+	}{
+		{"wrong CA", func(k, _ map[string]any) { k["caCertData"] = base64.StdEncoding.EncodeToString(otherCA) }, "[ERROR api-server-reachable]"},
+		{"wrong token", func(k, _ map[string]any) { k["token"] = "zzzzzz.0123456789abcdef" }, "rejected the bootstrap token zzzzzz"},
+		{"unreachable API server", func(k, _ map[string]any) { k["clusterFQDN"] = cpAddr + ":1" }, "[ERROR api-server-reachable]"},
+		{"prefix on a read-only mount", func(_, a map[string]any) { a["hostPrefix"] = "/usr/aks-flex-node" }, "[ERROR host-layout]"},
+	}
+	for i, tc := range cases {
+		path := fmt.Sprintf("/root/bad-%d.json", i)
+		if err := h.WriteFile(path, e.config(sc, tc.edit), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr", "/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases {
+		stdout, stderr, err := h.Run(e.ctx, "/root/dist/aks-flex-node", "start", "--config", fmt.Sprintf("/root/bad-%d.json", i))
+		if err == nil || !strings.Contains(stdout+stderr, tc.want) || !strings.Contains(stderr, "nothing was changed") {
+			t.Errorf("%s: want a refusal naming %q, got err=%v:\n%s\n%s", tc.name, tc.want, err, stdout, stderr)
+		}
+	}
+	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr", "/run")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := aclhost.Diff(before, after); len(d) > 0 {
-		t.Errorf("reset + uninstall left changes:\n%s", strings.Join(d, "\n"))
+		t.Errorf("a refused start changed the host:\n%s", strings.Join(d, "\n"))
+	}
+}
+
+// demo prints what `make demo` promises, and with KEEP=1 keeps it all
+// running until interrupted.
+func (e *env) demo(t *testing.T, h *aclhost.Host, logs string) {
+	out, err := exec.Command(e.binDir+"/kubectl", "--kubeconfig", e.cp.AdminKubeconfig, "get", "nodes", "-o", "wide").CombinedOutput()
+	fmt.Printf("\n$ kubectl get nodes -o wide\n%s\n$ kubectl logs hello\n%s\n", out, logs)
+	if err != nil {
+		t.Errorf("kubectl: %v", err)
+	}
+	if os.Getenv("KEEP") == "1" {
+		fmt.Printf("KEEP=1: running until Ctrl-C.\n  kubectl: KUBECONFIG=%s %s/kubectl get pods -A\n  the host: nsenter -t %d -a /bin/bash\n", e.cp.AdminKubeconfig, e.binDir, h.Leader())
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
 	}
 }
 
@@ -207,7 +333,7 @@ func sha256File(t *testing.T, p string) string {
 	return strings.Fields(string(out))[0]
 }
 
-func waitReady(t *testing.T, ctx context.Context, c *kubernetes.Clientset) {
+func waitReady(t *testing.T, ctx context.Context, c *kubernetes.Clientset, nodeName string) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		n, err := c.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
@@ -223,9 +349,9 @@ func waitReady(t *testing.T, ctx context.Context, c *kubernetes.Clientset) {
 	t.Fatalf("node %s not Ready", nodeName)
 }
 
-func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclhost.Host) string {
+func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclhost.Host, nodeName, name string) string {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			NodeName:      nodeName,
 			RestartPolicy: corev1.RestartPolicyNever,
@@ -241,7 +367,7 @@ func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclho
 	deadline := time.Now().Add(2 * time.Minute)
 	var phase corev1.PodPhase
 	for time.Now().Before(deadline) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			phase = p.Status.Phase
 			if phase == corev1.PodSucceeded {
@@ -254,7 +380,7 @@ func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclho
 		time.Sleep(500 * time.Millisecond)
 	}
 	if phase != corev1.PodSucceeded {
-		p, _ := c.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		p, _ := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		var events []string
 		if evs, err := c.CoreV1().Events("default").List(ctx, metav1.ListOptions{}); err == nil {
 			for _, e := range evs.Items {
@@ -264,7 +390,7 @@ func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclho
 		j, _, _ := h.Run(ctx, "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "60", "-u", "containerd")
 		t.Fatalf("pod not Succeeded: %s\nevents:\n%s\ncontainerd:\n%s", p.Status.Phase, strings.Join(events, "\n"), j)
 	}
-	b, err := c.CoreV1().Pods("default").GetLogs("hello", &corev1.PodLogOptions{}).DoRaw(ctx)
+	b, err := c.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("pod logs through the API server: %v", err)
 	}
