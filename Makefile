@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join deps clean
 
 all: build
 
@@ -39,12 +39,21 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidatePrefix -fuzztime 30s ./internal/layout/
 
-# The main job. Until the local join lands this resolves and validates the
-# ACL example: the layout a prefix of /opt/aks-flex-node selects.
-demo: build
-	./$(BIN) version
-	./$(BIN) config validate --config examples/acl-bootstrap-token.json
-	./$(BIN) layout --config examples/acl-bootstrap-token.json
+# The main job: an ACL-like host (read-only /usr, agent.hostPrefix
+# /opt/aks-flex-node) joins a local control plane through install.sh and
+# `aks-flex-node start`, runs a pod, prints `kubectl get nodes -o wide` and
+# the pod's output, then cleans up. KEEP=1 keeps it running until Ctrl-C.
+# Fixtures and Kubernetes binaries are built once and cached.
+demo: deps
+	test/e2e/build-k8s.sh >/dev/null
+	cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_DEMO=1 AKS_FLEX_NODE_SCENARIO=acl KEEP=$(KEEP) \
+		$(GO) test -count=1 -timeout 60m -v -run '^TestJoin$$' ./join/ | grep -vE '^\s+(host|aclhost)\.go'
+
+# Join figures: time from start to Ready (split by task), the converged
+# re-run, and the agent's idle RSS, for both scenarios.
+bench-join: deps
+	test/e2e/build-k8s.sh >/dev/null
+	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
 
 clean:
 	rm -rf bin
