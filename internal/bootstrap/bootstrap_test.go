@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
@@ -86,5 +88,47 @@ func TestDedupeDeepestFirst(t *testing.T) {
 	got := strings.Join(dedupeDeepestFirst([]string{"/a", "/a/b/c", "/a", "/a/b"}), ",")
 	if got != "/a/b/c,/a/b,/a" {
 		t.Fatal(got)
+	}
+}
+
+func TestComponentsStampDetectsRewrites(t *testing.T) {
+	root := t.TempDir()
+	l, _ := layout.New(root, "", "")
+	p := &Pipeline{Layout: l, Config: &config.Config{}}
+	p.init()
+	bundle := filepath.Join(root, "bundle")
+	_ = os.MkdirAll(bundle, 0o755)
+	f := filepath.Join(bundle, "kubelet")
+	_ = os.WriteFile(f, []byte("v1"), 0o755)
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("no stamp yet, but unchanged")
+	}
+	if err := p.saveComponentsStamp(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if !p.componentsUnchanged(bundle) {
+		t.Fatal("stamp does not match an untouched tree")
+	}
+	// Same size, mtime restored: ctime still moves, so it is caught.
+	fi, _ := os.Stat(f)
+	time.Sleep(20 * time.Millisecond) // past the kernel's coarse timestamp tick
+	_ = os.WriteFile(f, []byte("v2"), 0o755)
+	_ = os.Chtimes(f, fi.ModTime(), fi.ModTime())
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a rewritten file with its mtime restored went unnoticed")
+	}
+	// A new installed file in the machine is caught too.
+	_ = p.saveComponentsStamp(bundle)
+	mbin := filepath.Join(p.machineRoot(), "usr/local/bin")
+	_ = os.MkdirAll(mbin, 0o755)
+	_ = os.WriteFile(filepath.Join(mbin, "extra"), nil, 0o755)
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a new file in the machine went unnoticed")
+	}
+	// Asking for another version re-runs verification.
+	_ = p.saveComponentsStamp(bundle)
+	p.Config.Components.Containerd = "9.9.9"
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a changed component version went unnoticed")
 	}
 }

@@ -202,12 +202,18 @@ func (p *Pipeline) installComponentsTask() task.Task {
 		if err != nil {
 			return task.Result{}, err
 		}
+		if p.componentsUnchanged(dir) {
+			return task.Result{Detail: "bundle and installed files unchanged since verified"}, nil
+		}
 		if probs := artifact.Verify(ctx, dir, p.components()); len(probs) > 0 {
 			return task.Result{}, artifact.Problems(probs)
 		}
 		res, err := artifact.Install(ctx, dir, p.machineRoot(), p.Log)
 		p.restartNode = p.restartNode || res.Changed
-		return res, err
+		if err != nil {
+			return res, err
+		}
+		return res, p.saveComponentsStamp(dir)
 	}}
 }
 
