@@ -11,6 +11,7 @@ const (
 	NameCgroups            = "cgroups"
 	NameSwap               = "swap"
 	NameKernelModules      = "kernel-modules"
+	NameKernelLogDevice    = "kernel-log-device"
 	NameDiskSpace          = "disk-space"
 	NameExistingDeployment = "existing-deployment"
 	NameArtifactSources    = "artifact-sources"
@@ -31,6 +32,7 @@ var DefaultNames = []string{
 	NameCgroups,
 	NameSwap,
 	NameKernelModules,
+	NameKernelLogDevice,
 	NameDiskSpace,
 	NameExistingDeployment,
 	NameArtifactSources,
@@ -53,6 +55,7 @@ func Checks(env *Env) []Check {
 		cgroupsCheck(env),
 		swapCheck(env),
 		kernelModulesCheck(env),
+		kernelLogDeviceCheck(env),
 		diskSpaceCheck(env),
 		existingDeploymentCheck(env),
 		artifactSourcesCheck(env),

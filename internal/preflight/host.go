@@ -227,6 +227,21 @@ func cgroupsCheck(e *Env) Check {
 	})
 }
 
+// kernelLogDeviceCheck: the machine binds /dev/kmsg from the host because
+// the kubelet reads the kernel log from it. Without it systemd-nspawn refuses
+// to start the machine ("Failed to stat /dev/kmsg"), after start has already
+// written the machine's files, so it is caught here instead.
+func kernelLogDeviceCheck(e *Env) Check {
+	return NewCheck(NameKernelLogDevice, "/dev/kmsg", func(context.Context) Result {
+		p := filepath.Join(e.Root, "dev/kmsg")
+		if _, err := os.Stat(p); err != nil {
+			return Error("run on a host that has /dev/kmsg; inside a container, bind it in (systemd-nspawn --bind=/dev/kmsg, docker --device /dev/kmsg)",
+				"/dev/kmsg is missing (%v): the machine kube1 binds it for the kubelet, and systemd-nspawn will not start the machine without it", err)
+		}
+		return OK("/dev/kmsg present")
+	})
+}
+
 func swapCheck(e *Env) Check {
 	return NewCheck(NameSwap, "/proc/swaps", func(context.Context) Result {
 		pd := e.procDir()

@@ -314,3 +314,20 @@ func TestDiskSpace(t *testing.T) {
 	h.free = 1 * GiB
 	want(t, h.run(NameDiskSpace), SeverityError, "1.0 GiB free", "at least 5 GiB")
 }
+
+func TestKernelLogDeviceCheck(t *testing.T) {
+	root := t.TempDir()
+	env := &Env{Root: root}
+	if r := kernelLogDeviceCheck(env).Run(context.Background()); r.Severity != SeverityError || !strings.Contains(r.Message, "/dev/kmsg is missing") || r.Remedy == "" {
+		t.Fatalf("missing /dev/kmsg: %+v", r)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "dev/kmsg"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := kernelLogDeviceCheck(env).Run(context.Background()); r.Severity != SeverityOK {
+		t.Fatalf("present /dev/kmsg: %+v", r)
+	}
+}

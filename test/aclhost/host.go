@@ -274,6 +274,11 @@ func (h *Host) nspawnArgs(opts Options) []string {
 		// A host is root with every capability; the product's nested
 		// machines need capabilities the default set lacks (CAP_SYSLOG...).
 		"--capability=all",
+		// What a real host has and a default container lacks: the kernel
+		// log device (the kubelet reads it) and unfiltered keyring
+		// syscalls (runc joins a session keyring).
+		"--bind=/dev/kmsg",
+		"--system-call-filter=@keyring bpf",
 	}
 	if opts.NetNS != "" {
 		args = append(args, "--network-namespace-path="+opts.NetNS)

@@ -167,9 +167,6 @@ func (e *env) config(sc scenario, edit func(kubelet, agent map[string]any)) []by
 func (e *env) run(t *testing.T, sc scenario) {
 	ctx := e.ctx
 	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.ns, ExtraArgs: []string{
-		"--bind=/dev/kmsg", // a real host has one; the kubelet needs it
-		// A real host filters no syscalls; runc needs the keyring ones.
-		"--system-call-filter=@keyring bpf",
 		// The test host's root is an overlay; containerd's overlay
 		// snapshotter cannot stack on that, so give the machines a real
 		// filesystem, as /var/lib is on a real host.
