@@ -24,45 +24,13 @@ import (
 
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/netlab"
 	"github.com/Azure/aks-flex-node/test/fixtures"
-)
-
-const (
-	hostAddr = "10.250.0.2" // the test host's end of the veth
-	cpAddr   = "10.250.0.1" // the control plane's end, on this machine
 )
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// netns makes a network namespace with a veth pair: the control plane
-// listens on cpAddr in this namespace, the test host lives in the new one.
-// Traffic only ever goes between the two ends.
-func netns(t *testing.T) string {
-	name := fmt.Sprintf("afn-%d", os.Getpid()%100000)
-	veth := fmt.Sprintf("afnv%d", os.Getpid()%100000)
-	_ = exec.Command("ip", "netns", "del", name).Run()
-	_ = exec.Command("ip", "link", "del", veth).Run()
-	run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	run(t, "ip", "link", "add", veth, "type", "veth", "peer", "name", veth+"p")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", veth).Run() })
-	run(t, "ip", "link", "set", veth+"p", "netns", name)
-	run(t, "ip", "addr", "add", cpAddr+"/30", "dev", veth)
-	run(t, "ip", "link", "set", veth, "up")
-	run(t, "ip", "netns", "exec", name, "ip", "addr", "add", hostAddr+"/30", "dev", veth+"p")
-	run(t, "ip", "netns", "exec", name, "ip", "link", "set", veth+"p", "up")
-	run(t, "ip", "netns", "exec", name, "ip", "link", "set", "lo", "up")
-	return "/run/netns/" + name
 }
 
 func buildAgent(t *testing.T, out string) {
@@ -98,7 +66,7 @@ type env struct {
 	bundle    string
 	manifest  fixtures.Manifest
 	dist      string
-	ns        string
+	net       *netlab.Link
 }
 
 func TestJoin(t *testing.T) {
@@ -116,8 +84,8 @@ func TestJoin(t *testing.T) {
 	if e.bundle, e.manifest, err = fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: e.binDir + "/kubelet", KubectlPath: e.binDir + "/kubectl", KubernetesVersion: "1.35.4"}); err != nil {
 		t.Fatal(err)
 	}
-	e.ns = netns(t)
-	if e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: e.binDir, WorkDir: t.TempDir(), AdvertiseAddress: cpAddr, Logf: t.Logf}); err != nil {
+	e.net = netlab.New(t)
+	if e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: e.binDir, WorkDir: t.TempDir(), AdvertiseAddress: e.net.Outer, Logf: t.Logf}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -138,7 +106,7 @@ func TestJoin(t *testing.T) {
 }
 
 func (e *env) config(sc scenario, edit func(kubelet, agent map[string]any)) []byte {
-	kubelet := map[string]any{"clusterFQDN": strings.TrimPrefix(e.cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(e.cp.CAPEM), "nodeIP": hostAddr}
+	kubelet := map[string]any{"clusterFQDN": strings.TrimPrefix(e.cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(e.cp.CAPEM), "nodeIP": e.net.Inner}
 	agent := map[string]any{"nodeName": sc.nodeName}
 	if sc.prefix != "" {
 		agent["hostPrefix"] = sc.prefix
@@ -166,7 +134,7 @@ func (e *env) config(sc scenario, edit func(kubelet, agent map[string]any)) []by
 
 func (e *env) run(t *testing.T, sc scenario) {
 	ctx := e.ctx
-	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.ns, ExtraArgs: []string{
+	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.net.NS, ExtraArgs: []string{
 		// The test host's root is an overlay; containerd's overlay
 		// snapshotter cannot stack on that, so give the machines a real
 		// filesystem, as /var/lib is on a real host.
@@ -278,7 +246,7 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 	}{
 		{"wrong CA", func(k, _ map[string]any) { k["caCertData"] = base64.StdEncoding.EncodeToString(otherCA) }, "[ERROR api-server-reachable]"},
 		{"wrong token", func(k, _ map[string]any) { k["token"] = "zzzzzz.0123456789abcdef" }, "rejected the bootstrap token zzzzzz"},
-		{"unreachable API server", func(k, _ map[string]any) { k["clusterFQDN"] = cpAddr + ":1" }, "[ERROR api-server-reachable]"},
+		{"unreachable API server", func(k, _ map[string]any) { k["clusterFQDN"] = e.net.Outer + ":1" }, "[ERROR api-server-reachable]"},
 		{"prefix on a read-only mount", func(_, a map[string]any) { a["hostPrefix"] = "/usr/aks-flex-node" }, "[ERROR host-layout]"},
 	}
 	for i, tc := range cases {
