@@ -239,3 +239,7 @@ func unitUsrPaths(contents string) []string {
 	}
 	return out
 }
+
+// CheckPayload checks a classified payload's decoded config (through any
+// base64 or gzip it came in).
+func CheckPayload(p Payload) CheckResult { return Check(p.Source, p.data) }

@@ -81,11 +81,19 @@ type Rendered struct {
 	BinaryEncodedBytes int
 }
 
-// ErrInvalidOptions marks refusals caused by the input (exit code 2).
-var ErrInvalidOptions = errors.New("invalid input")
+// InputError is a refusal caused by the input (the CLI exits 2 for it).
+type InputError struct{ msg string }
+
+func (e *InputError) Error() string { return e.msg }
+
+// IsInputError reports whether err is (or wraps) an InputError.
+func IsInputError(err error) bool {
+	var ie *InputError
+	return errors.As(err, &ie)
+}
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	return &InputError{msg: fmt.Sprintf(format, args...)}
 }
 
 // Render builds the Ignition config: the agent config at the layout's config

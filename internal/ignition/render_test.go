@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -267,7 +266,7 @@ func TestRenderRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		_, err := Render(tc.o)
-		if err == nil || !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+		if err == nil || !IsInputError(err) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want an invalid-input error containing %q", tc.name, err, tc.want)
 		}
 	}
