@@ -90,3 +90,48 @@ func TestIgnitionUsageAndRefusals(t *testing.T) {
 		t.Errorf("check report lacks the JSON path: %q", stdout)
 	}
 }
+
+// host inspect names the payload and reports the error; with --root it does
+// not ask IMDS (it describes the running VM, not the tree).
+func TestHostInspectProvisioning(t *testing.T) {
+	t.Setenv("AKS_FLEX_NODE_IMDS_ENDPOINT", "")
+	root := t.TempDir()
+	for p, c := range map[string]string{
+		"etc/os-release":             "ID=debian\nVERSION_ID=12\n",
+		"var/lib/waagent/CustomData": base64.StdEncoding.EncodeToString([]byte(`{"ignition": {"version": "3.3.0"}}`)),
+		"var/lib/waagent/other-data": "#cloud-config\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, stderr, code := run(t, "host", "inspect", "--root", root, "--output", "json")
+	var r struct {
+		Family       string
+		Provisioning struct {
+			Payloads []struct{ Source, Kind, Spec, Encoding string }
+			Notes    []string
+			Problems []struct{ Severity, Message string }
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &r) != nil {
+		t.Fatalf("%d %q %q", code, stdout, stderr)
+	}
+	if r.Family != "debian" || len(r.Provisioning.Payloads) != 1 || r.Provisioning.Payloads[0].Kind != "ignition" || r.Provisioning.Payloads[0].Encoding != "base64" {
+		t.Fatalf("%+v", r)
+	}
+	if len(r.Provisioning.Problems) != 1 || r.Provisioning.Problems[0].Severity != "error" ||
+		!strings.Contains(r.Provisioning.Problems[0].Message, "/var/lib/waagent/CustomData holds an Ignition config (spec 3.3.0)") {
+		t.Fatalf("%+v", r.Provisioning.Problems)
+	}
+	if !strings.Contains(strings.Join(r.Provisioning.Notes, "\n"), "IMDS userData: not queried") {
+		t.Errorf("--root must not ask IMDS: %v", r.Provisioning.Notes)
+	}
+	stdout, _, code = run(t, "host", "inspect", "--root", root, "--custom-data", "/var/lib/waagent/other-data")
+	if code != 0 || !strings.Contains(stdout, "/var/lib/waagent/other-data: cloud-config") {
+		t.Fatalf("text: %d %q", code, stdout)
+	}
+}

@@ -391,3 +391,47 @@ func Assess(payloads []Payload, fam hostos.Family) []Problem {
 	}
 	return out
 }
+
+// Provisioning is what a host received to provision it, and what is wrong
+// with that on this host.
+type Provisioning struct {
+	Found
+	Problems []Problem `json:"problems"`
+}
+
+// Inspect collects the payloads and assesses them for family fam.
+func Inspect(ctx context.Context, s Sources, fam hostos.Family) Provisioning {
+	f := s.Collect(ctx)
+	return Provisioning{Found: f, Problems: Assess(f.Payloads, fam)}
+}
+
+// Errors counts error-level problems.
+func (p Provisioning) Errors() int {
+	n := 0
+	for _, pr := range p.Problems {
+		if pr.Severity == "error" {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteText prints the provisioning section of `host inspect`.
+func (p Provisioning) WriteText(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("provisioning payloads:\n")
+	if len(p.Payloads) == 0 {
+		b.WriteString("  none found\n")
+	}
+	for _, pl := range p.Payloads {
+		fmt.Fprintf(&b, "  %s: %s, %d bytes\n", pl.Source, pl.Describe(), pl.Bytes)
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	for _, pr := range p.Problems {
+		fmt.Fprintf(&b, "  %s: %s\n    %s\n", strings.ToUpper(pr.Severity), pr.Message, pr.Remedy)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

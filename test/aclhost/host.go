@@ -423,6 +423,10 @@ var innerEnv = []string{
 	"TERM=dumb",
 	"SYSTEMD_PAGER=",
 	"SYSTEMD_COLORS=0",
+	// preflight, start and host inspect ask IMDS for the VM's userData; a
+	// test host has no business asking anything but what the test set up
+	// (tests that want it point this at a fake with `env`).
+	"AKS_FLEX_NODE_IMDS_ENDPOINT=off",
 }
 
 // Command returns a command that runs args inside the host, in all of its
