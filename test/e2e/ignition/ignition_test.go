@@ -235,6 +235,11 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 			t.Errorf("first-boot journal lacks %q:\n%s", want, journal)
 		}
 	}
+	for _, l := range strings.Split(journal, "\n") {
+		if strings.Contains(l, "provisioning-payload") {
+			t.Logf("first boot, start's preflight: %s", strings.TrimSpace(l))
+		}
+	}
 	if bytes.Contains([]byte(journal), []byte(cp.Token)) {
 		t.Errorf("the bootstrap token is in the journal")
 	}
@@ -278,6 +283,21 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 		t.Errorf("second boot: the first-boot unit ran start:\n%s", j)
 	}
 	t.Logf("second boot: %s %v; agent service %s", unitName, second, strings.TrimSpace(h.RunOK(t, "systemctl", "is-active", "aks-flex-node-agent.service")))
+
+	// reset removes the marker: the next boot joins again by itself.
+	h.RunOK(t, agentPath, "reset")
+	if _, _, err := h.Run(ctx, "test", "-e", marker); err == nil {
+		t.Fatalf("reset left %s", marker)
+	}
+	if err := h.PowerCycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := show("Result", "ConditionResult", "ExecMainStatus")
+	if third["ConditionResult"] != "yes" || third["Result"] != "success" || third["ExecMainStatus"] != "0" {
+		t.Errorf("boot after reset: %s: %v", unitName, third)
+	}
+	kubetest.WaitReady(ctx, t, cp.Client, nodeName, 2*time.Minute)
+	h.RunOK(t, "test", "-f", marker)
 }
 
 // runIgnition runs the real Ignition against root, as the initramfs does on
