@@ -57,9 +57,10 @@ type Options struct {
 	Spec string
 	// Target is TargetACL (the default when empty) or TargetGeneric.
 	Target string
-	// Config is the parsed agent config and ConfigData the file's bytes,
-	// embedded as they are (so comments-free JSON the user wrote is what
-	// lands on the host). ConfigFile names the file in messages.
+	// Config is the parsed agent config (it decides the layout) and
+	// ConfigData the file's bytes, embedded as they are: what lands on the
+	// host is the file the user validated, not a re-encoding of it.
+	// ConfigFile names the file in messages.
 	Config     *config.Config
 	ConfigData []byte
 	ConfigFile string
