@@ -245,7 +245,9 @@ func binaryContents(o Options) (t33.Resource, int, error) {
 			return t33.Resource{}, 0, invalidf("--binary-sha256 goes with --binary-url; an embedded binary is hashed here")
 		}
 		var gz bytes.Buffer
-		w, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+		// Default, not best, compression: measured on a Go binary, best
+		// took 2.5x as long for an output 0.3% smaller (BenchmarkRenderEmbedded).
+		w, _ := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
 		if _, err := w.Write(o.Binary); err != nil {
 			return t33.Resource{}, 0, err
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 )
 
-func example(t *testing.T, name string) (*config.Config, []byte, string) {
+func example(t testing.TB, name string) (*config.Config, []byte, string) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	p := filepath.Join(filepath.Dir(file), "..", "..", "examples", name)
