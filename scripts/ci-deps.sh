@@ -3,7 +3,10 @@
 # when everything is present, so a warm machine pays no apt round trip.
 set -euo pipefail
 
-pkgs=(debootstrap systemd-container shellcheck iproute2 openssl util-linux)
+# ignition: the real Ignition binary for the first-boot e2e test; it runs
+# setfiles(8) from policycoreutils on what it writes (Debian builds it with
+# SELinux relabeling).
+pkgs=(debootstrap systemd-container shellcheck iproute2 openssl util-linux ignition policycoreutils)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -28,8 +28,9 @@ import (
 const DefaultMachine = "kube1"
 
 // JoinedMarker is written last by a successful start; a first-boot unit
-// uses ConditionPathExists=! on it so provisioning runs once.
-const JoinedMarker = "joined"
+// uses ConditionPathExists=! on it so provisioning runs once. The name is
+// the layout's, so the Ignition renderer and start agree on it.
+const JoinedMarker = layout.JoinedMarkerName
 
 // Pipeline is one run of start or reset.
 type Pipeline struct {

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/ignition"
 )
 
 func newHostCommand() *cobra.Command {
@@ -13,7 +14,7 @@ func newHostCommand() *cobra.Command {
 		Use:   "host",
 		Short: "Inspect the host this agent runs on",
 	}
-	var root, output string
+	var root, output, customData, imds string
 	var summary bool
 	inspect := &cobra.Command{
 		Use:   "inspect",
@@ -25,7 +26,20 @@ SELinux mode, systemd and systemd-nspawn.
 
 With --root, os-release and files are read under that directory; probes that
 need the running host (mount table, PID 1, systemctl) are skipped and say so
-in "notes".`,
+in "notes".
+
+It also reports the provisioning payloads the host received: Azure customData
+(--custom-data, default /var/lib/waagent/CustomData, under --root) and the
+IMDS userData (--imds-endpoint, default http://169.254.169.254; "off" skips
+it; not asked with --root). Each is named: Ignition config (with its spec
+version), shell script, cloud-config, MIME multipart, through base64 and gzip.
+An Ignition config on a host that does not run Ignition (not ACL, Flatcar or
+Fedora CoreOS) is an ERROR naming the file and spec; so is, on ACL, a config
+that installs aks-flex-node under /usr, naming the path. The command still
+exits 0: it reports; preflight is what fails on these errors.
+
+Environment: AKS_FLEX_NODE_CUSTOM_DATA and AKS_FLEX_NODE_IMDS_ENDPOINT set
+the defaults of --custom-data and --imds-endpoint.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -39,12 +53,28 @@ in "notes".`,
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), r.Summary())
 				return err
 			}
-			if output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			src := ignition.SourcesFromEnv(root)
+			if cmd.Flags().Changed("custom-data") {
+				src.CustomData = customData
 			}
-			return r.WriteText(cmd.OutOrStdout())
+			if cmd.Flags().Changed("imds-endpoint") {
+				src.IMDSEndpoint = imds
+			}
+			prov := ignition.Inspect(cmd.Context(), src, r.Family)
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), struct {
+					*hostos.Report
+					Provisioning ignition.Provisioning `json:"provisioning"`
+				}{r, prov})
+			}
+			if err := r.WriteText(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			return prov.WriteText(cmd.OutOrStdout())
 		},
 	}
+	inspect.Flags().StringVar(&customData, "custom-data", ignition.DefaultCustomDataPath, "host path of the Azure customData file (read under --root)")
+	inspect.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL for the VM's userData, or "off"`)
 	inspect.Flags().StringVar(&root, "root", "/", "root directory of the host tree to inspect")
 	inspect.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	inspect.Flags().BoolVar(&summary, "summary", false, "print one summary line, e.g. \"Azure Container Linux 3.0 (read-only /usr, no package manager)\"")

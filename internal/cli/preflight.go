@@ -3,19 +3,22 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 )
 
 func newPreflightCommand() *cobra.Command {
-	var path, output string
+	var path, output, customData, imds string
 	var opts preflight.Options
 	cmd := &cobra.Command{
 		Use:   "preflight",
 		Short: "Check that this host can join the cluster, changing nothing",
 		Long: `Run every preflight check against this host and the config: user, OS,
 install layout (agent.hostPrefix), host tools, systemd, cgroups, swap, kernel
-modules, disk space, an earlier install, offline artifacts, the API server
-and the bootstrap token. Checks run concurrently; output is in a fixed order.
+modules, disk space, an earlier install, offline artifacts, the API server,
+the bootstrap token, and the provisioning payloads the host received (Azure
+customData, IMDS userData: an Ignition config on a host that does not run
+Ignition, or one that installs the agent under /usr on ACL, is an error). Checks run concurrently; output is in a fixed order.
 
 Preflight changes nothing on the host: its only write is a test executable in
 a temp dir it creates next to the agent's bin dir and removes again. It loads
@@ -40,7 +43,14 @@ reported as warnings with --ignore-preflight-errors.`,
 			if err != nil {
 				return invalid(err)
 			}
-			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l}
+			src := ignition.SourcesFromEnv("/")
+			if cmd.Flags().Changed("custom-data") {
+				src.CustomData = customData
+			}
+			if cmd.Flags().Changed("imds-endpoint") {
+				src.IMDSEndpoint = imds
+			}
+			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
 			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {
@@ -60,5 +70,7 @@ reported as warnings with --ignore-preflight-errors.`,
 	addConfigFlag(cmd, &path)
 	preflight.AddFlags(cmd.Flags(), &opts)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&customData, "custom-data", ignition.DefaultCustomDataPath, "Azure customData file provisioning-payload reads (env "+ignition.EnvCustomData+")")
+	cmd.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL provisioning-payload asks for userData, or "off" (env `+ignition.EnvIMDSEndpoint+")")
 	return cmd
 }

@@ -48,7 +48,7 @@ A second start on a converged host changes nothing and says so.`,
 				return invalid(err)
 			}
 			out := cmd.OutOrStdout()
-			report := preflight.Run(cmd.Context(), preflight.Checks(&preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l}), opts)
+			report := preflight.Run(cmd.Context(), preflight.Checks(&preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}), opts)
 			if err := report.WriteText(out); err != nil {
 				return err
 			}

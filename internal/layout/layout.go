@@ -24,7 +24,20 @@ const (
 	SlotGreenName   = "agent-green"
 	CurrentLinkName = "current"
 	LastGoodName    = "last-good"
+	// FirstBootUnitName is the unit an Ignition config rendered by
+	// `aks-flex-node ignition render` installs to run start once.
+	FirstBootUnitName = "aks-flex-node-firstboot.service"
+	// JoinedMarkerName is the file under StateDir that a successful start
+	// writes last and reset removes; the first-boot unit is conditioned on
+	// its absence, so provisioning runs once and a reset host can rejoin.
+	JoinedMarkerName = "joined"
 )
+
+// JoinedMarker is the host path of the completion marker start writes.
+func (l Layout) JoinedMarker() string { return l.StateDir + "/" + JoinedMarkerName }
+
+// FirstBootUnit is the host path of the first-boot unit.
+func (l Layout) FirstBootUnit() string { return l.SystemdUnitDir + "/" + FirstBootUnitName }
 
 // Slots are the blue/green upgrade slots and the links that name them.
 type Slots struct {

@@ -18,6 +18,8 @@ const (
 	NameAPIServerReachable = "api-server-reachable"
 	NameBootstrapToken     = "bootstrap-token"
 	NameNodeName           = "node-name"
+	// NameProvisioningPayload judges customData/userData (internal/ignition).
+	NameProvisioningPayload = "provisioning-payload"
 )
 
 // DefaultNames are the names of the checks Checks returns, in order. They
@@ -28,6 +30,7 @@ var DefaultNames = []string{
 	NameHostOS,
 	NameHostLayout,
 	NameHostPackages,
+	NameProvisioningPayload,
 	NameSystemd,
 	NameCgroups,
 	NameSwap,
@@ -51,6 +54,7 @@ func Checks(env *Env) []Check {
 		hostOSCheck(env),
 		hostLayoutCheck(env),
 		hostPackagesCheck(env),
+		provisioningPayloadCheck(env),
 		systemdCheck(env),
 		cgroupsCheck(env),
 		swapCheck(env),

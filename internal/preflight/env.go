@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -50,6 +51,10 @@ type Env struct {
 	// plugs in full checksum verification of the bundle in dir (a path
 	// this process opens).
 	VerifyOfflineArtifacts func(ctx context.Context, dir string) error
+	// Provisioning says where provisioning-payload looks (its Root is
+	// replaced by Root). nil reads the default customData path under Root
+	// and does not ask IMDS: the CLI opts in, so no test reaches it.
+	Provisioning *ignition.Sources
 }
 
 func (e *Env) setDefaults() {

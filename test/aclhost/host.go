@@ -65,6 +65,12 @@ type Options struct {
 	BootTimeout time.Duration
 	// Logf receives progress lines; defaults to t.Logf (or stderr without t).
 	Logf func(format string, args ...any)
+	// Prepare, if set, runs on the host's root (the merged overlay, as the
+	// build machine sees it) after it is mounted and before the host boots
+	// for the first time: what an image provisioner such as Ignition does
+	// to a fresh root before its first boot. What it writes shows up in
+	// Changes like anything the host writes.
+	Prepare func(root string) error
 }
 
 // Host is one booted test host. Methods are safe for concurrent use.
@@ -78,6 +84,7 @@ type Host struct {
 	logf    func(string, ...any)
 
 	cgroups *hostCgroups
+	opts    Options // as booted, for PowerCycle
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error
@@ -202,6 +209,15 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (*Host, error) {
 		os.RemoveAll(h.dir)
 		return nil, fmt.Errorf("aclhost: %w", err)
 	}
+
+	if opts.Prepare != nil {
+		if err := opts.Prepare(h.merged); err != nil {
+			_ = unmount(h.merged)
+			_ = removeAllSafe(h.dir)
+			return nil, fmt.Errorf("aclhost: prepare %s: %w", h.name, err)
+		}
+	}
+	h.opts = opts
 
 	if tb != nil {
 		tb.Cleanup(func() {
@@ -423,6 +439,10 @@ var innerEnv = []string{
 	"TERM=dumb",
 	"SYSTEMD_PAGER=",
 	"SYSTEMD_COLORS=0",
+	// preflight, start and host inspect ask IMDS for the VM's userData; a
+	// test host has no business asking anything but what the test set up
+	// (tests that want it point this at a fake with `env`).
+	"AKS_FLEX_NODE_IMDS_ENDPOINT=off",
 }
 
 // Command returns a command that runs args inside the host, in all of its

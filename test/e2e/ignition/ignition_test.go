@@ -1,0 +1,374 @@
+// Package ignition is zero-touch provisioning end to end: a config rendered
+// by `aks-flex-node ignition render` is applied to a fresh ACL-like host root
+// by the real Ignition (Debian's ignition package), the host boots, and the
+// first-boot unit alone joins it to a local control plane. Nothing is run
+// inside the host before it has joined; the test only looks.
+package ignition
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/aks-flex-node/test/aclhost"
+	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
+	"github.com/Azure/aks-flex-node/test/e2e/netlab"
+	"github.com/Azure/aks-flex-node/test/fixtures"
+)
+
+// ignitionBinary is where Debian's ignition package ships the real binary
+// (it is meant for the initramfs; it runs just as well on a directory).
+const ignitionBinary = "/usr/lib/dracut/modules.d/30ignition/ignition"
+
+const (
+	prefix     = "/opt/aks-flex-node"
+	agentPath  = prefix + "/bin/aks-flex-node"
+	nodeName   = "ign-node-1"
+	unitName   = "aks-flex-node-firstboot.service"
+	marker     = "/var/lib/aks-flex-node/joined"
+	configPath = "/etc/aks-flex-node/config.json"
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// buildAgent builds the agent as a release would be (stripped), since its
+// size is what an embedded --binary adds to the Ignition config.
+func buildAgent(t *testing.T, out string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "-ldflags",
+		"-s -w -X github.com/Azure/aks-flex-node/internal/buildinfo.Version=v1.0.0-e2e", "./cmd/aks-flex-node")
+	cmd.Dir = repoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, b)
+	}
+}
+
+func TestIgnitionFirstBootJoin(t *testing.T) {
+	aclhost.RequireE2E(t)
+	if _, err := os.Stat(ignitionBinary); err != nil {
+		t.Fatalf("the real Ignition is needed: %v (apt-get install ignition; scripts/ci-deps.sh does)", err)
+	}
+	// Debian's Ignition is built with SELinux relabeling on: after the
+	// files stage it runs setfiles(8) on what it wrote.
+	if _, err := exec.LookPath("setfiles"); err != nil {
+		t.Fatalf("setfiles is needed by Debian's Ignition: %v (apt-get install policycoreutils; scripts/ci-deps.sh does)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	binDir, err := controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layoutDir, _, err := fixtures.WorkerImage(ctx, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, manifest, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: "1.35.4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := netlab.New(t)
+	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: binDir, WorkDir: t.TempDir(), AdvertiseAddress: link.Outer, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			cp.DumpLogs(os.Stderr)
+		}
+		_ = cp.Stop()
+	})
+
+	dist := t.TempDir()
+	agent := filepath.Join(dist, "aks-flex-node")
+	buildAgent(t, agent)
+	cfg, _ := json.MarshalIndent(map[string]any{
+		"azure":      map[string]any{"bootstrapToken": map[string]any{"token": cp.Token}},
+		"agent":      map[string]any{"nodeName": nodeName, "hostPrefix": prefix},
+		"components": map[string]any{"kubernetes": manifest.Components.Kubernetes, "containerd": manifest.Components.Containerd, "runc": manifest.Components.Runc, "sandboxImage": fixtures.PauseImageRef},
+		"networking": map[string]any{"cniVersion": manifest.Components.CNI},
+		"bootstrap": map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
+			"offlineArtifacts": map[string]any{"source": "/var/lib/aks-flex-node-test/bundle"}},
+		"node": map[string]any{"kubelet": map[string]any{
+			"clusterFQDN": strings.TrimPrefix(cp.Server, "https://"),
+			"caCertData":  base64.StdEncoding.EncodeToString(cp.CAPEM),
+			"nodeIP":      link.Inner,
+		}},
+	}, "", "  ")
+	cfgFile := filepath.Join(dist, "config.json")
+	if err := os.WriteFile(cfgFile, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The agent goes in through Ignition, embedded: --binary.
+	ign := filepath.Join(dist, "config.ign")
+	start := time.Now()
+	out, err := exec.Command(agent, "ignition", "render", "--config", cfgFile, "--binary", agent, "--output", ign).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ignition render: %v\n%s", err, out)
+	}
+	renderTime := time.Since(start)
+	if bytes.Contains(out, []byte(cp.Token)) {
+		t.Fatalf("ignition render printed the bootstrap token")
+	}
+	if !bytes.Contains(out, []byte("readable by anyone with access to the VM's metadata")) {
+		t.Errorf("ignition render did not warn about customData: %s", out)
+	}
+	binSt, _ := os.Stat(agent)
+	ignSt, err := os.Stat(ign)
+	if err != nil || ignSt.Mode().Perm() != 0o600 {
+		t.Fatalf("rendered config: %v, mode %v", err, ignSt.Mode())
+	}
+	if out, err := exec.Command(agent, "ignition", "check", ign).CombinedOutput(); err != nil {
+		t.Fatalf("ignition check: %v\n%s", err, out)
+	}
+	// A small one, with the binary by URL, as Azure's 64 KiB userData
+	// would carry it: what the fake IMDS serves, so that start's preflight
+	// judges a real Ignition payload on this ACL host.
+	small, err := exec.Command(agent, "ignition", "render", "--config", cfgFile, "--binary-url", "https://example.invalid/aks-flex-node",
+		"--binary-sha256", strings.Repeat("0", 64), "--output", "-").Output()
+	if err != nil {
+		t.Fatalf("ignition render --binary-url: %v", err)
+	}
+	imdsURL, imdsHits := fakeIMDS(t, link.Outer, small)
+	t.Logf("BENCH render=%v binary=%d bytes ignition-config=%d bytes (spec 3.3.0, gzip data URL) url-config=%d bytes",
+		renderTime.Round(time.Millisecond), binSt.Size(), ignSt.Size(), len(small))
+
+	var ignitionTime time.Duration
+	prepare := func(root string) error {
+		// What an image that has never booted looks like: no machine-id,
+		// so systemd treats the next boot as the first and applies the
+		// presets Ignition writes (that is how units get enabled).
+		if err := os.Remove(filepath.Join(root, "etc/machine-id")); err != nil {
+			return err
+		}
+		// Debian's Ignition relabels what it wrote (SELinux support is
+		// compiled in) and reads the policy name from the image. This host
+		// has no SELinux policy: an empty file_contexts labels nothing.
+		if err := os.MkdirAll(filepath.Join(root, "etc/selinux/targeted/contexts/files"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc/selinux/config"), []byte("SELINUX=disabled\nSELINUXTYPE=targeted\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc/selinux/targeted/contexts/files/file_contexts"), nil, 0o644); err != nil {
+			return err
+		}
+		// The platform, as the test provides it: IMDS at the fake. On
+		// Azure it is 169.254.169.254, which a test must never ask.
+		dropIn := filepath.Join(root, "etc/systemd/system", unitName+".d")
+		if err := os.MkdirAll(dropIn, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dropIn, "10-test-imds.conf"), []byte("[Service]\nEnvironment=AKS_FLEX_NODE_IMDS_ENDPOINT="+imdsURL+"\n"), 0o644); err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := runIgnition(t, dist, ign, root); err != nil {
+			return err
+		}
+		ignitionTime = time.Since(start)
+		return checkProvisioned(root)
+	}
+
+	bootStart := time.Now()
+	h := aclhost.MustStart(t, aclhost.Options{Variant: aclhost.ACL, Name: "ign", NetNS: link.NS,
+		// The first-boot unit is part of the boot: multi-user.target waits
+		// for it, so "running" means the join is done (or failed).
+		BootTimeout: 8 * time.Minute,
+		Prepare:     prepare,
+		ExtraArgs: []string{
+			"--bind=" + t.TempDir() + ":/var/lib/machines",
+			"--bind-ro=" + layoutDir + ":/var/lib/aks-flex-node-test/worker",
+			"--bind-ro=" + bundle + ":/var/lib/aks-flex-node-test/bundle",
+		}})
+	bootToJoined := time.Since(bootStart)
+
+	// From here on the test only looks.
+	kubetest.WaitReady(ctx, t, cp.Client, nodeName, 2*time.Minute)
+	readyAfter := time.Since(bootStart)
+	logs := kubetest.RunPod(ctx, t, cp.Client, nodeName, "hello-ignition", fixtures.BusyboxImageRef, []string{"sh", "-c", "echo hello from an Ignition-provisioned node"}, 2*time.Minute)
+	if strings.TrimSpace(logs) != "hello from an Ignition-provisioned node" {
+		t.Errorf("pod logs %q", logs)
+	}
+
+	show := func(props ...string) map[string]string {
+		args := []string{"systemctl", "show", unitName}
+		for _, p := range props {
+			args = append(args, "-p", p)
+		}
+		m := map[string]string{}
+		for _, l := range strings.Split(h.RunOK(t, args...), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	first := show("Result", "ExecMainStatus", "ConditionResult", "UnitFileState", "ExecMainStartTimestampMonotonic")
+	if first["Result"] != "success" || first["ExecMainStatus"] != "0" || first["ConditionResult"] != "yes" || first["UnitFileState"] != "enabled" {
+		t.Errorf("first boot: %s: %v", unitName, first)
+	}
+	journal := h.RunOK(t, "journalctl", "-b", "-u", unitName, "--no-pager", "-o", "cat")
+	for _, want := range []string{
+		"[preflight]", "provisioning-payload",
+		"node " + nodeName + " joined",
+	} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("first-boot journal lacks %q:\n%s", want, journal)
+		}
+	}
+	for _, l := range strings.Split(journal, "\n") {
+		if strings.Contains(l, "provisioning-payload") {
+			t.Logf("first boot, start's preflight: %s", strings.TrimSpace(l))
+		}
+	}
+	if bytes.Contains([]byte(journal), []byte(cp.Token)) {
+		t.Errorf("the bootstrap token is in the journal")
+	}
+	if imdsHits.Load() == 0 {
+		t.Errorf("start's preflight did not ask the (fake) IMDS for userData")
+	}
+	// Enabled by systemd's first-boot preset handling of Ignition's preset.
+	if preset := h.RunOK(t, "cat", "/etc/systemd/system-preset/20-ignition.preset"); !strings.Contains(preset, "enable "+unitName) {
+		t.Errorf("Ignition preset: %q", preset)
+	}
+	h.RunOK(t, "test", "-L", "/etc/systemd/system/multi-user.target.wants/"+unitName)
+	h.RunOK(t, "test", "-f", marker)
+	if st := strings.TrimSpace(h.RunOK(t, "systemctl", "is-active", "aks-flex-node-agent.service")); st != "active" {
+		t.Errorf("agent service %s", st)
+	}
+	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+agentPath) {
+		t.Errorf("agent ExecStart: %s", exe)
+	}
+	// Nothing under /usr: the overlay's upper dir records every write to
+	// the host's root since it was mounted, Ignition's included.
+	changes, err := h.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range changes {
+		if strings.Contains(c, " /usr/") || strings.HasSuffix(c, " /usr") {
+			t.Errorf("written under /usr: %s", c)
+		}
+	}
+	t.Logf("BENCH ignition-files-stage=%v boot-to-running(joined)=%v boot-to-node-ready=%v", ignitionTime.Round(time.Millisecond), bootToJoined.Round(time.Millisecond), readyAfter.Round(time.Millisecond))
+
+	// Second boot: the marker is there, so the unit is skipped.
+	if err := h.PowerCycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := show("Result", "ConditionResult", "ExecMainStartTimestampMonotonic", "ActiveState")
+	if second["ConditionResult"] != "no" || second["ExecMainStartTimestampMonotonic"] != "0" {
+		t.Errorf("second boot: %s ran again or was not evaluated: %v", unitName, second)
+	}
+	if j := h.RunOK(t, "journalctl", "-b", "-u", unitName, "--no-pager", "-o", "cat"); strings.Contains(j, "[preflight]") {
+		t.Errorf("second boot: the first-boot unit ran start:\n%s", j)
+	}
+	t.Logf("second boot: %s %v; agent service %s", unitName, second, strings.TrimSpace(h.RunOK(t, "systemctl", "is-active", "aks-flex-node-agent.service")))
+
+	// reset removes the marker: the next boot joins again by itself.
+	h.RunOK(t, agentPath, "reset")
+	if _, _, err := h.Run(ctx, "test", "-e", marker); err == nil {
+		t.Fatalf("reset left %s", marker)
+	}
+	if err := h.PowerCycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := show("Result", "ConditionResult", "ExecMainStatus")
+	if third["ConditionResult"] != "yes" || third["Result"] != "success" || third["ExecMainStatus"] != "0" {
+		t.Errorf("boot after reset: %s: %v", unitName, third)
+	}
+	kubetest.WaitReady(ctx, t, cp.Client, nodeName, 2*time.Minute)
+	h.RunOK(t, "test", "-f", marker)
+}
+
+// runIgnition runs the real Ignition against root, as the initramfs does on
+// first boot: fetch (the file platform reads IGNITION_CONFIG_FILE), then files.
+func runIgnition(t *testing.T, dir, config, root string) error {
+	for _, stage := range []string{"fetch", "files"} {
+		cmd := exec.Command(ignitionBinary, "-platform", "file", "-stage", stage, "-root", root,
+			"-config-cache", filepath.Join(dir, "ignition.json"), "-state-file", filepath.Join(dir, "ignition.state"),
+			"-log-to-stdout")
+		cmd.Env = append(os.Environ(), "IGNITION_CONFIG_FILE="+config)
+		out, err := cmd.CombinedOutput()
+		// Ignition prints the whole config on failure (with the bootstrap
+		// token in it); log only its own lines.
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "Full config:") {
+				break
+			}
+			lines = append(lines, l)
+		}
+		t.Logf("ignition -stage %s:\n%s", stage, strings.Join(lines, "\n"))
+		if err != nil {
+			return fmt.Errorf("ignition -stage %s: %w", stage, err)
+		}
+	}
+	return nil
+}
+
+// checkProvisioned: what Ignition wrote, with the modes the config asks for.
+func checkProvisioned(root string) error {
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{configPath, 0o600},
+		{agentPath, 0o755},
+		{"/etc/systemd/system/" + unitName, 0o644},
+	} {
+		st, err := os.Stat(filepath.Join(root, f.path))
+		if err != nil {
+			return fmt.Errorf("after Ignition: %w", err)
+		}
+		if st.Mode().Perm() != f.mode {
+			return fmt.Errorf("after Ignition: %s has mode %v, want %v", f.path, st.Mode().Perm(), f.mode)
+		}
+	}
+	return nil
+}
+
+// fakeIMDS serves userData on addr, speaking the documented protocol
+// (Metadata: true or 400; base64 body).
+func fakeIMDS(t *testing.T, addr string, userData []byte) (string, *atomic.Int32) {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Metadata") != "true" {
+			http.Error(w, `{"error":"Bad request. Required metadata header not specified"}`, http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path != "/metadata/instance/compute/userData" || r.URL.Query().Get("format") != "text" {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		_, _ = w.Write([]byte(base64.StdEncoding.EncodeToString(userData)))
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + l.Addr().String(), &hits
+}
