@@ -3,12 +3,10 @@ package artifact
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -107,37 +105,13 @@ func fetchOne(ctx context.Context, client *http.Client, d Download, destDir stri
 		return err
 	}
 	defer body.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	if _, _, err := writeStream(ctx, dst, body, 0o644, want, false); err != nil {
+		var me *MismatchError
+		if errors.As(err, &me) {
+			return fmt.Errorf("%s: sha256 %s != %s from %s", d.URL, me.Got, want, d.SHA256URL)
 		}
-	}()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), body); err != nil {
 		return fmt.Errorf("GET %s: %w", d.URL, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("%s: sha256 %s != %s from %s", d.URL, got, want, d.SHA256URL)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return err
-	}
-	done = true
 	_, err = fsutil.WriteFile(dst+".sha256", sidecar, 0o644)
 	return err
 }
