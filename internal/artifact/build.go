@@ -125,9 +125,9 @@ type BuildOptions struct {
 	// local server).
 	Upstream Upstream
 	Client   *http.Client
-	// PullImage writes the image ref as an image archive at dst (online
-	// mode only).
-	PullImage func(ctx context.Context, ref, dst string) error
+	// PullImage writes the image ref for linux/arch as an image archive
+	// at dst (online mode only); Registry.PullImageArchive is the real one.
+	PullImage func(ctx context.Context, ref, arch, dst string) error
 	// Note receives one-line notes (a missing NOTICE, say); nil drops them.
 	Note func(string)
 }
@@ -213,7 +213,7 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 			if err := fsutil.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 				return nil, err
 			}
-			if err := o.PullImage(ctx, im.Ref, dst); err != nil {
+			if err := o.PullImage(ctx, im.Ref, arch, dst); err != nil {
 				return nil, fmt.Errorf("image %s: %w", im.Ref, err)
 			}
 			if err := os.Chmod(dst, 0o644); err != nil {

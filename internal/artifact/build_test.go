@@ -219,7 +219,7 @@ func TestBuildOnline(t *testing.T) {
 	pulled := 0
 	out := filepath.Join(t.TempDir(), "b")
 	_, _, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
-		PullImage: func(_ context.Context, ref, dst string) error {
+		PullImage: func(_ context.Context, ref, arch, dst string) error {
 			pulled++
 			return os.WriteFile(dst, pauseTar, 0o600)
 		}})

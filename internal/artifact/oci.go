@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -404,4 +405,27 @@ func (r Registry) PullVerified(ctx context.Context, source, dir string, want Com
 	}
 	_, ps = verify(ctx, dir, want, arch)
 	return rem, ps
+}
+
+// PullImageArchive writes the linux/arch image ref (a registry reference,
+// no scheme) as a docker-save archive at dst, for `artifacts build` in
+// online mode. The archive is a function of the image's content only.
+func (r Registry) PullImageArchive(ctx context.Context, ref, arch, dst string) error {
+	ir, err := r.ParseReference(OCIScheme + ref)
+	if err != nil {
+		return err
+	}
+	img, err := remote.Image(ir, append(r.options(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))...)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := tarball.Write(ir, img, f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

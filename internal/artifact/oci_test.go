@@ -18,7 +18,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -250,3 +252,34 @@ func TestPlainHTTPOnlyLoopback(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestPullImageArchive(t *testing.T) {
+	host := testRegistry(t, nil)
+	img, err := random.Image(1024, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(host + "/library/busybox:1.36")
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "b")
+	_, _, err = build(t, BuildOptions{OutputDir: out, Spec: &Spec{SchemaVersion: 1, Arch: runtime.GOARCH, Components: testComponents, Images: []Image{{Path: "images/busybox.tar", Ref: host + "/library/busybox:1.36"}}},
+		Upstream: func() Upstream { srv, _ := fakeUpstream(t, testComponents, ""); return Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"} }(),
+		PullImage: Registry{}.PullImageArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := Verify(context.Background(), out, testComponents); len(ps) > 0 {
+		t.Fatal(Problems(ps))
+	}
+	// The archive is what docker save would write: ctr can import it.
+	back, err := tarball.ImageFromPath(filepath.Join(out, "images/busybox.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := img.Digest()
+	if got, _ := back.Digest(); got != want {
+		t.Errorf("archive image %s, pushed %s", got, want)
+	}
+}
