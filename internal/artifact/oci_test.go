@@ -265,7 +265,10 @@ func TestPullImageArchive(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "b")
 	_, _, err = build(t, BuildOptions{OutputDir: out, Spec: &Spec{SchemaVersion: 1, Arch: runtime.GOARCH, Components: testComponents, Images: []Image{{Path: "images/busybox.tar", Ref: host + "/library/busybox:1.36"}}},
-		Upstream: func() Upstream { srv, _ := fakeUpstream(t, testComponents, ""); return Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"} }(),
+		Upstream: func() Upstream {
+			srv, _ := fakeUpstream(t, testComponents, "")
+			return Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}
+		}(),
 		PullImage: Registry{}.PullImageArchive})
 	if err != nil {
 		t.Fatal(err)

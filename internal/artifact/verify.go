@@ -46,6 +46,12 @@ func Verify(ctx context.Context, dir string, want Components) []Problem {
 	return ps
 }
 
+// VerifyFor is Verify for another arch ("" skips the arch check), and
+// also returns the manifest when it could be read.
+func VerifyFor(ctx context.Context, dir string, want Components, arch string) (*Manifest, []Problem) {
+	return verify(ctx, dir, want, arch)
+}
+
 // VerifyIntegrity is Verify without the config and host comparisons: what
 // a producer checks before publishing a bundle for another arch.
 func VerifyIntegrity(ctx context.Context, dir string) (*Manifest, []Problem) {

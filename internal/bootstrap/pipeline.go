@@ -166,9 +166,11 @@ func (p *Pipeline) provisionTask() task.Task {
 	}}
 }
 
-func (p *Pipeline) components() artifact.Components {
-	c := p.Config.Components
-	return artifact.Components{Kubernetes: c.Kubernetes, Containerd: c.Containerd, Runc: c.Runc, CNI: p.Config.Networking.CNIVersion}
+func (p *Pipeline) components() artifact.Components { return WantComponents(p.Config) }
+
+// WantComponents are the versions config c asks a bundle for.
+func WantComponents(c *config.Config) artifact.Components {
+	return artifact.Components{Kubernetes: c.Components.Kubernetes, Containerd: c.Components.Containerd, Runc: c.Components.Runc, CNI: c.Networking.CNIVersion}
 }
 
 // bundleDir resolves where the node components come from: the offline

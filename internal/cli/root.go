@@ -109,6 +109,7 @@ Agent-owned files live under the install prefix declared in the config
 		newStartCommand(),
 		newResetCommand(),
 		newPreflightCommand(),
+		newArtifactsCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
