@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 )
 
@@ -41,6 +42,7 @@ reported as warnings with --ignore-preflight-errors.`,
 				return invalid(err)
 			}
 			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l}
+			bundleChecks(env, c, &bootstrap.Pipeline{Layout: l, Config: c, ConfigFile: path})
 			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {

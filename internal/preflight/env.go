@@ -50,6 +50,10 @@ type Env struct {
 	// plugs in full checksum verification of the bundle in dir (a path
 	// this process opens).
 	VerifyOfflineArtifacts func(ctx context.Context, dir string) error
+	// InspectOfflineArtifacts, when set, checks an oci:// source (expanded)
+	// without downloading its files: the artifact exists, its manifest.json
+	// matches the config, and every file's layer digest is its SHA-256.
+	InspectOfflineArtifacts func(ctx context.Context, ref string) error
 }
 
 func (e *Env) setDefaults() {
