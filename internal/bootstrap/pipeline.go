@@ -193,27 +193,33 @@ const stagedMarker = ".pulled-from"
 // bundleDir resolves where the node components come from: a local offline
 // source as it is, or a staging dir under the state dir filled from a
 // registry or from upstream.
-func (p *Pipeline) bundleDir(ctx context.Context) (string, error) {
+func (p *Pipeline) bundleDir(ctx context.Context) (dir string, err error) {
+	dir, _, err = p.stageBundle(ctx)
+	return dir, err
+}
+
+// stageBundle is bundleDir that also says whether it downloaded anything.
+func (p *Pipeline) stageBundle(ctx context.Context) (string, bool, error) {
 	src := p.Config.Bootstrap.OfflineArtifacts.Source
 	if src != "" {
 		dir, err := artifact.ResolveSource(src, p.Config.Components.Kubernetes)
 		if err != nil {
-			return "", fmt.Errorf("bootstrap.offlineArtifacts.source: %w", err)
+			return "", false, fmt.Errorf("bootstrap.offlineArtifacts.source: %w", err)
 		}
 		if strings.HasPrefix(dir, artifact.OCIScheme) {
 			return p.stageOCI(ctx, dir)
 		}
-		return p.Layout.OnRoot(dir), nil
+		return p.Layout.OnRoot(dir), false, nil
 	}
 	staged := bundlesDir + "/k8s-" + p.Config.Components.Kubernetes
 	if err := p.track(bundlesDir, staged); err != nil {
-		return "", err
+		return "", false, err
 	}
 	dir := p.Layout.OnRoot(staged)
 	if err := artifact.Fetch(ctx, nil, artifact.UpstreamURLs(p.components(), runtime.GOARCH), dir); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return dir, nil
+	return dir, false, nil
 }
 
 // stageOCI pulls the bundle at ref into bundles/oci-<digest>, verifies it
@@ -221,35 +227,35 @@ func (p *Pipeline) bundleDir(ctx context.Context) (string, error) {
 // digest is not downloaded again (the components stamp then decides
 // whether it is hashed again); a partial one resumes per file. A staged
 // bundle that does not verify is removed, so the next start pulls afresh.
-func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, error) {
+func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, bool, error) {
 	reg := artifact.Registry{PlainHTTP: p.Config.Bootstrap.OfflineArtifacts.PlainHTTP}
 	rem, ps := reg.Inspect(ctx, ref, p.components(), runtime.GOARCH)
 	if len(ps) > 0 {
-		return "", artifact.Problems(ps)
+		return "", false, artifact.Problems(ps)
 	}
 	staged := bundlesDir + "/oci-" + rem.Digest.Hex[:16]
 	if err := p.track(bundlesDir, staged); err != nil {
-		return "", err
+		return "", false, err
 	}
 	dir := p.Layout.OnRoot(staged)
 	marker := filepath.Join(dir, stagedMarker)
 	if b, err := os.ReadFile(marker); err == nil && string(b) == rem.Digest.String()+"\n" {
-		return dir, nil
+		return dir, false, nil
 	}
 	start := time.Now()
 	n, err := reg.Pull(ctx, rem, dir)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if _, ps := artifact.VerifyFor(ctx, dir, p.components(), runtime.GOARCH); len(ps) > 0 {
 		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("bundle pulled from %s into %s does not verify (removed): %w", ref, staged, artifact.Problems(ps))
+		return "", false, fmt.Errorf("bundle pulled from %s into %s does not verify (removed): %w", ref, staged, artifact.Problems(ps))
 	}
 	if _, err := fsutil.WriteFile(marker, []byte(rem.Digest.String()+"\n"), 0o644); err != nil {
-		return "", err
+		return "", false, err
 	}
 	p.Log.Info("pulled bundle", "ref", ref, "digest", rem.Digest.String(), "dir", staged, "bytes", n, "duration", time.Since(start).Round(time.Millisecond))
-	return dir, nil
+	return dir, true, nil
 }
 
 // removeStaleBundles removes every staged bundle but the one in use, so
@@ -287,12 +293,12 @@ func (p *Pipeline) VerifyLocalBundle(ctx context.Context, dir string) error {
 
 func (p *Pipeline) stageComponentsTask() task.Task {
 	return task.Func{N: "stage-node-components", F: func(ctx context.Context) (task.Result, error) {
-		dir, err := p.bundleDir(ctx)
+		dir, pulled, err := p.stageBundle(ctx)
 		if err != nil {
 			return task.Result{}, err
 		}
 		p.bundle = dir
-		return task.Result{Detail: dir}, nil
+		return task.Result{Changed: pulled, Detail: dir}, nil
 	}}
 }
 
