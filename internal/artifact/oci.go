@@ -392,6 +392,62 @@ func (r Registry) pullLayer(ctx context.Context, repo name.Repository, l v1.Desc
 	return cr.n, err
 }
 
+// VerifyRemote checks rem the way Verify checks a directory, streaming
+// every layer from the registry through SHA-256 (and image archives
+// through a tar reader) without writing anything: each file must hash to
+// manifest.json's checksum and agree with its .sha256 layer. Run Inspect
+// first; every problem names the file.
+func (r Registry) VerifyRemote(ctx context.Context, rem *Remote) []Problem {
+	opts := r.options(ctx)
+	var ps []Problem
+	check := func(rel, want string, image bool) {
+		sideL, err := remote.Layer(rem.Ref.Context().Digest(rem.layers[rel+".sha256"].Digest.String()), opts...)
+		if err != nil {
+			ps = append(ps, Problem{rel + ".sha256", err.Error()})
+			return
+		}
+		rc, err := sideL.Compressed()
+		if err != nil {
+			ps = append(ps, Problem{rel + ".sha256", err.Error()})
+			return
+		}
+		side, err := io.ReadAll(io.LimitReader(rc, 4096))
+		rc.Close()
+		fields := strings.Fields(string(side))
+		if err != nil || len(fields) == 0 || strings.ToLower(fields[0]) != want {
+			ps = append(ps, Problem{rel + ".sha256", fmt.Sprintf("does not start with the manifest's sha256 %s (read %q, %v)", want, side, err)})
+			return
+		}
+		l, err := remote.Layer(rem.Ref.Context().Digest(rem.layers[rel].Digest.String()), opts...)
+		if err != nil {
+			ps = append(ps, Problem{rel, err.Error()})
+			return
+		}
+		rc, err = l.Compressed()
+		if err != nil {
+			ps = append(ps, Problem{rel, err.Error()})
+			return
+		}
+		defer rc.Close()
+		sum, imageErr, err := hashStream(ctx, rc, image)
+		switch {
+		case err != nil:
+			ps = append(ps, Problem{rel, fmt.Sprintf("read from %s: %v", rem.Ref, err)})
+		case sum != want:
+			ps = append(ps, Problem{rel, fmt.Sprintf("sha256 %s from %s != manifest %s", sum, rem.Ref, want)})
+		case imageErr != nil:
+			ps = append(ps, Problem{rel, "not a readable image archive: " + imageErr.Error()})
+		}
+	}
+	for _, f := range rem.Manifest.Files {
+		check(f.Path, f.SHA256, f.Component == ImageFile)
+	}
+	for _, l := range rem.Manifest.Legal {
+		check(l.Path, l.SHA256, false)
+	}
+	return ps
+}
+
 // PullVerified is what start and `artifacts verify` do with a registry
 // source: Inspect (no download if the artifact and its index disagree),
 // Pull into dir, then Verify the pulled bundle as a local one.

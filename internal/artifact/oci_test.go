@@ -76,6 +76,10 @@ func TestPushPullRoundTrip(t *testing.T) {
 		}
 	}
 
+	if ps := r.VerifyRemote(ctx, rem); len(ps) > 0 {
+		t.Fatal(Problems(ps))
+	}
+
 	pulled := filepath.Join(t.TempDir(), "staged")
 	n, err := r.Pull(ctx, rem, pulled)
 	if err != nil {
@@ -189,8 +193,15 @@ func TestPullRejectsCorruptBlob(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt.Store(true)
+	rem, ps := r.Inspect(ctx, src, testComponents, runtime.GOARCH)
+	if len(ps) > 0 {
+		t.Fatal(Problems(ps)) // the index is fine; the bytes are not
+	}
+	if ps := r.VerifyRemote(ctx, rem); len(ps) != 1 || !strings.HasPrefix(ps[0].Error(), kubeletPath(testComponents)+": read from ") {
+		t.Fatalf("verify remote: %v", ps)
+	}
 	staged := t.TempDir()
-	_, ps := r.PullVerified(ctx, src, staged, testComponents, runtime.GOARCH)
+	_, ps = r.PullVerified(ctx, src, staged, testComponents, runtime.GOARCH)
 	if len(ps) != 1 || !strings.Contains(ps[0].Error(), "pull "+kubeletPath(testComponents)) {
 		t.Fatalf("problems: %v", ps)
 	}

@@ -158,22 +158,7 @@ func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, im
 		return &Problem{p, err.Error()}
 	}
 	defer f.Close()
-	var imageErr error
-	var sum string
-	if image {
-		pr, pw := io.Pipe()
-		done := make(chan error, 1)
-		go func() {
-			err := imageArchive(pr)
-			pr.CloseWithError(err)
-			done <- err
-		}()
-		sum, _, err = copyHashed(ctx, pw, f)
-		pw.Close()
-		imageErr = <-done
-	} else {
-		sum, _, err = copyHashed(ctx, io.Discard, f)
-	}
+	sum, imageErr, err := hashStream(ctx, f, image)
 	switch {
 	case err != nil:
 		return &Problem{p, err.Error()}
@@ -185,6 +170,26 @@ func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, im
 		return &Problem{p, "not a readable image archive: " + imageErr.Error()}
 	}
 	return nil
+}
+
+// hashStream hashes r; for an image archive it also walks the tar headers
+// on the same pass and reports whether they make an image archive.
+func hashStream(ctx context.Context, r io.Reader, image bool) (sum string, imageErr, err error) {
+	if !image {
+		sum, _, err = copyHashed(ctx, io.Discard, r)
+		return sum, nil, err
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := imageArchive(pr)
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	sum, _, err = copyHashed(ctx, pw, r)
+	pw.Close()
+	imageErr = <-done
+	return sum, imageErr, err
 }
 
 // imageArchive reads a tar stream to its end and wants the index of a

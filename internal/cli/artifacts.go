@@ -145,7 +145,9 @@ a Go template over .KubernetesVersion) the way start does: the manifest's arch
 and versions match (the config's components with --config, else
 --kubernetes-version), every file is present with the manifest's size and
 SHA-256 and its .sha256 agrees, and image archives read as image archives. An
-oci:// bundle is pulled into a temp dir, checked and removed.
+oci:// bundle is checked against its registry index first (every layer digest
+must be the manifest's checksum), then every file is streamed from the
+registry through the same checks; nothing is written to disk.
 
 Without --source, --config's bootstrap.offlineArtifacts.source is checked.
 Prints one line per problem. Exit status: 0 good, 1 problems found, 2 bad
@@ -215,17 +217,12 @@ func verifySource(ctx context.Context, src string, want artifact.Components, arc
 		}
 		return ps, n, nil
 	}
-	tmp, err := os.MkdirTemp("", "aks-flex-node-verify-")
-	if err != nil {
-		return nil, 0, fmt.Errorf("artifacts verify: %w", err)
+	reg := artifact.Registry{PlainHTTP: plainHTTP}
+	rem, ps := reg.Inspect(ctx, src, want, arch)
+	if len(ps) > 0 {
+		return ps, 0, nil
 	}
-	defer os.RemoveAll(tmp)
-	rem, ps := artifact.Registry{PlainHTTP: plainHTTP}.PullVerified(ctx, src, tmp+"/bundle", want, arch)
-	n := 0
-	if rem != nil {
-		n = len(rem.Manifest.Files) + len(rem.Manifest.Legal)
-	}
-	return ps, n, nil
+	return reg.VerifyRemote(ctx, rem), len(rem.Manifest.Files) + len(rem.Manifest.Legal), nil
 }
 
 // oneLine keeps a problem on one output line.
