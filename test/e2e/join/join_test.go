@@ -75,6 +75,8 @@ type env struct {
 	// published; tampered is the source of its tampered copy.
 	ociBundle string
 	tampered  string
+	// tamperedDir is a local copy of the bundle with the kubelet changed.
+	tamperedDir string
 }
 
 func TestJoin(t *testing.T) {
@@ -107,6 +109,7 @@ func TestJoin(t *testing.T) {
 	e.registry = startRegistry(t, e.net.NS)
 	e.ociBundle = publishBundle(t, e.dist+"/aks-flex-node", e.bundle, e.manifest, e.registry)
 	e.tampered = publishTampered(t, e.registry, e.ociBundle, e.manifest)
+	e.tamperedDir = tamperedCopy(t, e.ociBundle, e.manifest)
 	only := os.Getenv("AKS_FLEX_NODE_SCENARIO")
 	for _, sc := range scenarios {
 		if only != "" && only != sc.name {
@@ -157,6 +160,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + e.layoutDir + ":/var/lib/aks-flex-node-test/worker",
 		"--bind-ro=" + e.bundle + ":/var/lib/aks-flex-node-test/bundle",
+		"--bind-ro=" + e.tamperedDir + ":/var/lib/aks-flex-node-test/tampered-bundle",
 	}})
 	must := func(err error) {
 		t.Helper()
@@ -267,6 +271,10 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 		// One byte changed in the kubelet layer at the registry: refused
 		// by preflight, naming the file, before anything is downloaded.
 		{"tampered bundle", func(_, _, b map[string]any) { b["offlineArtifacts"] = map[string]any{"source": e.tampered} }, artifactPath(e.manifest, "kubelet") + ": layer sha256:"},
+		// The same in a local bundle: preflight verifies it in full.
+		{"tampered local bundle", func(_, _, b map[string]any) {
+			b["offlineArtifacts"] = map[string]any{"source": "/var/lib/aks-flex-node-test/tampered-bundle"}
+		}, "/var/lib/aks-flex-node-test/tampered-bundle/" + artifactPath(e.manifest, "kubelet") + ": sha256 "},
 	}
 	for i, tc := range cases {
 		path := fmt.Sprintf("/root/bad-%d.json", i)

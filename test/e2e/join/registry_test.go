@@ -216,3 +216,26 @@ type rawManifest []byte
 
 func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
+// tamperedCopy is dir with one byte of the kubelet changed: a hard-linked
+// copy (cheap for 200 MB) whose kubelet is a rewritten file.
+func tamperedCopy(t *testing.T, dir string, m fixtures.Manifest) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "tampered")
+	if b, err := exec.Command("cp", "-al", dir, out).CombinedOutput(); err != nil {
+		t.Fatalf("cp -al: %v\n%s", err, b)
+	}
+	kubelet := filepath.Join(out, filepath.FromSlash(artifactPath(m, "kubelet")))
+	body, err := os.ReadFile(kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body[4096] ^= 0x01
+	if err := os.Remove(kubelet); err != nil { // break the hard link first
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubelet, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
