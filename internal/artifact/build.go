@@ -176,8 +176,15 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 	}
 	sort.Strings(names)
 	if o.FromDir != "" {
+		mirror := map[string]Download{}
+		for _, d := range o.Upstream.URLs(s.Components, arch) {
+			mirror[d.Component] = d
+		}
 		for _, c := range names {
 			f, err := copyIn(ctx, o.FromDir, tmp, comps[c])
+			if d, ok := mirror[c]; ok && errors.Is(err, fs.ErrNotExist) {
+				f, err = copyMirrored(ctx, o.FromDir, tmp, d)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -280,7 +287,7 @@ func copyIn(ctx context.Context, src, bundle, rel string) (File, error) {
 	f, err := copyFile(ctx, from, bundle, rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return f, fmt.Errorf("--from-dir %s has no %s (the tree must use the bundle's paths, see docs/offline-bundle.md): %w", src, rel, err)
+			return f, fmt.Errorf("--from-dir %s has no %s (the tree uses the bundle's paths, or for components the upstream mirror paths; see docs/offline-bundle.md): %w", src, rel, err)
 		}
 		return f, err
 	}
@@ -288,6 +295,35 @@ func copyIn(ctx context.Context, src, bundle, rel string) (File, error) {
 		return f, fmt.Errorf("%s: sha256 %s != %s.sha256 %s", from, f.SHA256, filepath.Base(from), side)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return f, fmt.Errorf("%s.sha256: %w", from, err)
+	}
+	return f, nil
+}
+
+// copyMirrored copies a component from its place in a `wget -x` mirror of
+// the upstream release URLs, checked against the mirrored upstream
+// checksum file, which must be there: it is the only thing that vouches
+// for the content.
+func copyMirrored(ctx context.Context, src, bundle string, d Download) (File, error) {
+	from := filepath.Join(src, filepath.FromSlash(MirrorPath(d.URL)))
+	sumPath := filepath.Join(src, filepath.FromSlash(MirrorPath(d.SHA256URL)))
+	if _, err := os.Stat(from); err != nil {
+		return File{}, fmt.Errorf("--from-dir %s has neither %s nor the mirrored %s (see docs/offline-bundle.md): %w", src, d.Path, MirrorPath(d.URL), err)
+	}
+	cf, err := os.Open(sumPath)
+	if err != nil {
+		return File{}, fmt.Errorf("--from-dir %s: %s needs its mirrored checksum file: %w", src, MirrorPath(d.URL), err)
+	}
+	want, err := parseChecksum(cf, path.Base(d.URL))
+	cf.Close()
+	if err != nil {
+		return File{}, fmt.Errorf("%s: %w", sumPath, err)
+	}
+	f, err := copyFile(ctx, from, bundle, d.Path)
+	if err != nil {
+		return f, err
+	}
+	if f.SHA256 != want {
+		return f, fmt.Errorf("%s: sha256 %s != %s from %s", from, f.SHA256, want, sumPath)
 	}
 	return f, nil
 }
@@ -362,7 +398,7 @@ func (c *countReader) Read(p []byte) (int, error) {
 // must carry; notices are carried when the project has them.
 var (
 	licenseRE = regexp.MustCompile(`^LICENSE(\.(txt|md))?$`)
-	noticeRE  = regexp.MustCompile(`^(NOTICE|NOTICES|THIRD_PARTY_NOTICES|ThirdPartyNotices)(\.(txt|md))?$`)
+	noticeRE  = regexp.MustCompile(`^(NOTICE|THIRD_PARTY_NOTICES|ThirdPartyNotices)[A-Za-z0-9._-]*$`)
 )
 
 // collectLegal lists the legal files of dir, sorted: LICENSE is required

@@ -66,6 +66,7 @@ func TestBuildLegalBoth(t *testing.T) {
 	put(t, legal, "LICENSE", []byte("MIT"))
 	put(t, legal, "NOTICE", []byte("Copyright"))
 	put(t, legal, "README.md", []byte("not legal"))
+	put(t, legal, "LICENSES.md", []byte("not the LICENSE"))
 	out := filepath.Join(t.TempDir(), "b")
 	m, notes, err := build(t, BuildOptions{FromDir: srcTree(t), OutputDir: out, LegalDir: legal})
 	if err != nil {
@@ -196,7 +197,7 @@ func TestBuildFromDirErrors(t *testing.T) {
 	src := srcTree(t)
 	kubelet := kubeletPath(testComponents)
 	os.Remove(filepath.Join(src, kubelet))
-	if _, _, err := build(t, BuildOptions{FromDir: src}); err == nil || !strings.Contains(err.Error(), "has no "+kubelet) {
+	if _, _, err := build(t, BuildOptions{FromDir: src}); err == nil || !strings.Contains(err.Error(), "has neither "+kubelet) {
 		t.Fatalf("missing file: %v", err)
 	}
 	src = srcTree(t)
@@ -261,5 +262,52 @@ func TestParseSpec(t *testing.T) {
 	}
 	if _, err := ParseSpec("spec.json", []byte(`{"schemaVersion":1,"components":{"kubernetes":"1.35.0","containerd":"1.7.0","runc":"1.3.0","cni":"1.6.2","crictl":"1.34.0"},"images":[{"path":"images/pause.tar","ref":"registry.k8s.io/pause:3.10"}]}`)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A `wget -x` mirror of the upstream release URLs is a valid --from-dir:
+// components at their mirrored URL paths, checked against the mirrored
+// upstream checksum files; it builds the same bundle.
+func TestBuildFromMirror(t *testing.T) {
+	pl := payloads(t, testComponents)
+	mirror := t.TempDir()
+	for _, d := range UpstreamURLs(testComponents, runtime.GOARCH) {
+		body := pl[d.Path]
+		put(t, mirror, MirrorPath(d.URL), body)
+		sum := sumHex(body)
+		switch d.Component {
+		case Kubelet, Kubectl:
+			put(t, mirror, MirrorPath(d.SHA256URL), []byte(sum)) // bare, as dl.k8s.io has it
+		default:
+			put(t, mirror, MirrorPath(d.SHA256URL), []byte(strings.Repeat("1", 64)+"  other-file\n"+sum+"  "+filepath.Base(d.URL)+"\n"))
+		}
+	}
+	put(t, mirror, "images/pause.tar", pl["images/pause.tar"])
+	out := filepath.Join(t.TempDir(), "b")
+	if _, _, err := build(t, BuildOptions{FromDir: mirror, OutputDir: out}); err != nil {
+		t.Fatal(err)
+	}
+	ref := filepath.Join(t.TempDir(), "b")
+	if _, _, err := build(t, BuildOptions{FromDir: srcTree(t), OutputDir: ref}); err != nil {
+		t.Fatal(err)
+	}
+	sa, sb := snapshot(t, out), snapshot(t, ref)
+	if len(sa) != len(sb) {
+		t.Errorf("%d entries from the mirror, %d from the bundle layout", len(sa), len(sb))
+	}
+	for p, v := range sa {
+		if sb[p] != v {
+			t.Errorf("%s differs", p)
+		}
+	}
+	// A mirrored file that does not match its mirrored checksum is refused.
+	runc := UpstreamURLs(testComponents, runtime.GOARCH)[3]
+	put(t, mirror, MirrorPath(runc.URL), []byte("not runc"))
+	if _, _, err := build(t, BuildOptions{FromDir: mirror}); err == nil || !strings.Contains(err.Error(), "runc.sha256sum") {
+		t.Fatalf("err = %v", err)
+	}
+	os.Remove(filepath.Join(mirror, MirrorPath(runc.SHA256URL)))
+	if _, _, err := build(t, BuildOptions{FromDir: mirror}); err == nil || !strings.Contains(err.Error(), "needs its mirrored checksum file") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -141,9 +141,18 @@ func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (
 		return "", err
 	}
 	defer body.Close()
+	sum, err := parseChecksum(body, file)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	return sum, nil
+}
+
+// parseChecksum finds file's SHA-256 in a checksum file's content.
+func parseChecksum(r io.Reader, file string) (string, error) {
 	var only string
 	lines := 0
-	sc := bufio.NewScanner(io.LimitReader(body, 1<<20))
+	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 {
@@ -164,10 +173,19 @@ func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("GET %s: %w", url, err)
+		return "", err
 	}
 	if only != "" && lines == 1 {
 		return only, nil
 	}
-	return "", fmt.Errorf("%s: no SHA-256 for %s", url, file)
+	return "", fmt.Errorf("no SHA-256 for %s", file)
+}
+
+// MirrorPath is where a `wget -x` style mirror keeps url: host and path,
+// no scheme ("https://dl.k8s.io/release/..." -> "dl.k8s.io/release/...").
+func MirrorPath(url string) string {
+	if _, rest, ok := strings.Cut(url, "://"); ok {
+		return rest
+	}
+	return url
 }
