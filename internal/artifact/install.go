@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -128,8 +126,8 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 	}
 	defer fh.Close()
 	// Hash while reading: what is unpacked must be what was verified.
-	h := sha256.New()
-	zr, err := gzip.NewReader(io.TeeReader(fh, h))
+	hr := newHashReader(fh)
+	zr, err := gzip.NewReader(hr)
 	if err != nil {
 		return err
 	}
@@ -160,10 +158,11 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		}
 		n++
 	}
-	if _, err := io.Copy(io.Discard, fh); err != nil {
+	// Drain through the hash: bytes after the tar end count too.
+	if _, err := io.Copy(io.Discard, hr); err != nil {
 		return err
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+	if got := hr.Sum(); got != f.SHA256 {
 		return fmt.Errorf("changed while installing: sha256 %s != manifest %s", got, f.SHA256)
 	}
 	if n == 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -62,6 +63,24 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// hashReader hashes what is read through it, for consumers that parse a
+// stream (gunzip, untar) and must know it was the verified one.
+type hashReader struct {
+	r io.Reader
+	h hash.Hash
+}
+
+func newHashReader(r io.Reader) *hashReader { return &hashReader{r, sha256.New()} }
+
+func (h *hashReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	return n, err
+}
+
+// Sum is the hex SHA-256 of everything read so far.
+func (h *hashReader) Sum() string { return hex.EncodeToString(h.h.Sum(nil)) }
 
 // MismatchError is content that does not hash to what vouches for it.
 type MismatchError struct{ Got, Want string }
