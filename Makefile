@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-artifacts deps clean
 
 all: build
 
@@ -54,6 +54,12 @@ demo: deps
 bench-join: deps
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
+
+# Offline bundle figures: build and verify throughput next to sha256sum on
+# the same files, and the peak RSS of a verifying process
+# (AKS_FLEX_NODE_BENCH_MB sets the bundle size, default 400).
+bench-artifacts:
+	$(GO) test -run '^$$' -bench '^BenchmarkBundle$$' -benchtime 3x ./internal/artifact/
 
 clean:
 	rm -rf bin

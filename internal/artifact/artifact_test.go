@@ -20,6 +20,21 @@ import (
 
 var testComponents = Components{Kubernetes: "1.35.0", Containerd: "1.6.20", Runc: "1.3.0", CNI: "1.6.2", Crictl: "1.35.0"}
 
+// pauseTar is a minimal docker-save archive: what Verify reads as an image.
+var pauseTar = func() []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, m := range []struct{ name, body string }{
+		{"manifest.json", `[{"Config":"config.json","RepoTags":["registry.k8s.io/pause:3.10"],"Layers":[]}]`},
+		{"config.json", `{}`},
+	} {
+		tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.body)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)})
+		tw.Write([]byte(m.body))
+	}
+	tw.Close()
+	return buf.Bytes()
+}()
+
 type member struct {
 	name, body string
 	mode       int64
@@ -77,7 +92,7 @@ func payloads(t *testing.T, c Components) map[string][]byte {
 			member{"./LICENSE", "license", 0o644},
 		),
 		p[Crictl]:          tgz(t, member{"crictl", "crictl", 0o755}),
-		"images/pause.tar": []byte("pause image"),
+		"images/pause.tar": pauseTar,
 	}
 }
 
@@ -222,7 +237,7 @@ func TestInstallIdempotent(t *testing.T) {
 		"opt/cni/bin/bridge":                     "bridge",
 		"opt/cni/bin/host-local":                 "host-local",
 		"opt/cni/bin/loopback":                   "loopback",
-		"var/lib/aks-flex-node/images/pause.tar": "pause image",
+		"var/lib/aks-flex-node/images/pause.tar": string(pauseTar),
 	} {
 		b, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil || string(b) != want {
@@ -390,7 +405,7 @@ func TestFetch(t *testing.T) {
 		}
 	}
 	// The fetched tree plus images and a manifest is a bundle Verify accepts.
-	put(t, dest, "images/pause.tar", []byte("pause image"))
+	put(t, dest, "images/pause.tar", pauseTar)
 	m, err := BuildManifest(ctx, dest, runtime.GOARCH, testComponents, []Image{{Path: "images/pause.tar", Ref: "registry.k8s.io/pause:3.10"}})
 	if err != nil {
 		t.Fatal(err)

@@ -3,12 +3,10 @@ package artifact
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -107,37 +105,13 @@ func fetchOne(ctx context.Context, client *http.Client, d Download, destDir stri
 		return err
 	}
 	defer body.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	if _, _, err := writeStream(ctx, dst, body, 0o644, want, false); err != nil {
+		var me *MismatchError
+		if errors.As(err, &me) {
+			return fmt.Errorf("%s: sha256 %s != %s from %s", d.URL, me.Got, want, d.SHA256URL)
 		}
-	}()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), body); err != nil {
 		return fmt.Errorf("GET %s: %w", d.URL, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("%s: sha256 %s != %s from %s", d.URL, got, want, d.SHA256URL)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return err
-	}
-	done = true
 	_, err = fsutil.WriteFile(dst+".sha256", sidecar, 0o644)
 	return err
 }
@@ -167,9 +141,18 @@ func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (
 		return "", err
 	}
 	defer body.Close()
+	sum, err := parseChecksum(body, file)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
+	}
+	return sum, nil
+}
+
+// parseChecksum finds file's SHA-256 in a checksum file's content.
+func parseChecksum(r io.Reader, file string) (string, error) {
 	var only string
 	lines := 0
-	sc := bufio.NewScanner(io.LimitReader(body, 1<<20))
+	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 {
@@ -190,10 +173,19 @@ func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("GET %s: %w", url, err)
+		return "", err
 	}
 	if only != "" && lines == 1 {
 		return only, nil
 	}
-	return "", fmt.Errorf("%s: no SHA-256 for %s", url, file)
+	return "", fmt.Errorf("no SHA-256 for %s", file)
+}
+
+// MirrorPath is where a `wget -x` style mirror keeps url: host and path,
+// no scheme ("https://dl.k8s.io/release/..." -> "dl.k8s.io/release/...").
+func MirrorPath(url string) string {
+	if _, rest, ok := strings.Cut(url, "://"); ok {
+		return rest
+	}
+	return url
 }

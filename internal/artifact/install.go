@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -58,7 +57,7 @@ func Install(ctx context.Context, dir, machineRoot string, log *slog.Logger) (ta
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, ps := verify(ctx, dir, Components{})
+	m, ps := verify(ctx, dir, Components{}, runtime.GOARCH)
 	if len(ps) > 0 {
 		return task.Result{}, fmt.Errorf("verify bundle %s: %w", dir, Problems(ps))
 	}
@@ -127,8 +126,8 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 	}
 	defer fh.Close()
 	// Hash while reading: what is unpacked must be what was verified.
-	h := sha256.New()
-	zr, err := gzip.NewReader(io.TeeReader(fh, h))
+	hr := newHashReader(fh)
+	zr, err := gzip.NewReader(hr)
 	if err != nil {
 		return err
 	}
@@ -159,10 +158,11 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		}
 		n++
 	}
-	if _, err := io.Copy(io.Discard, fh); err != nil {
+	// Drain through the hash: bytes after the tar end count too.
+	if _, err := io.Copy(io.Discard, hr); err != nil {
 		return err
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+	if got := hr.Sum(); got != f.SHA256 {
 		return fmt.Errorf("changed while installing: sha256 %s != manifest %s", got, f.SHA256)
 	}
 	if n == 0 {
@@ -190,66 +190,17 @@ func (in *installer) place(dst string, open func() (io.ReadCloser, error), mode 
 		return err
 	}
 	defer r.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	got, changed, err := writeStream(in.ctx, dst, r, mode, wantHex, wantHex == "")
 	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
+		var me *MismatchError
+		if errors.As(err, &me) {
+			return fmt.Errorf("changed after verification: sha256 %s != manifest %s", me.Got, me.Want)
 		}
-	}()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{in.ctx, r}); err != nil {
 		return err
 	}
-	got := hex.EncodeToString(h.Sum(nil))
-	if wantHex != "" && got != wantHex {
-		return fmt.Errorf("changed after verification: sha256 %s != manifest %s", got, wantHex)
+	if changed {
+		in.changed++
+		in.log.Debug("installed", "path", dst, "sha256", got)
 	}
-	if wantHex == "" {
-		if same, err := sameFile(in.ctx, dst, mode, got); err != nil {
-			return err
-		} else if same {
-			return nil // deferred cleanup removes the temp file
-		}
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return err
-	}
-	done = true
-	in.changed++
-	in.log.Debug("installed", "path", dst, "sha256", got)
 	return nil
-}
-
-// sameFile reports whether p is a regular file with mode and content
-// hashing to wantHex.
-func sameFile(ctx context.Context, p string, mode fs.FileMode, wantHex string) (bool, error) {
-	fi, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm() != mode.Perm() {
-		return false, nil
-	}
-	sum, _, err := hashFile(ctx, p)
-	if err != nil {
-		return false, err
-	}
-	return sum == wantHex, nil
 }

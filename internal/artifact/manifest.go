@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,14 +68,24 @@ type Image struct {
 	Ref  string `json:"ref"`
 }
 
-// Manifest is manifest.json.
+// LegalFile is a license or notice file shipped with a bundle, under
+// legal/. It is not installed; it is there for the people who redistribute
+// the bundle.
+type LegalFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Manifest is manifest.json. Producers (artifacts build, the test
+// fixtures) and consumers (start, verify, preflight) share this one type.
 type Manifest struct {
-	SchemaVersion int               `json:"schemaVersion"`
-	Arch          string            `json:"arch"`
-	Components    Components        `json:"components"`
-	Files         []File            `json:"files"`
-	Images        []Image           `json:"images"`
-	Legal         []json.RawMessage `json:"legal"`
+	SchemaVersion int         `json:"schemaVersion"`
+	Arch          string      `json:"arch"`
+	Components    Components  `json:"components"`
+	Files         []File      `json:"files"`
+	Images        []Image     `json:"images"`
+	Legal         []LegalFile `json:"legal"`
 }
 
 // File returns the entry for path, or nil.
@@ -151,11 +160,31 @@ func LoadManifest(dir string) (*Manifest, error) {
 		return nil, err
 	}
 	defer f.Close()
-	dec := json.NewDecoder(io.LimitReader(f, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(f, maxManifest+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return ParseManifest(p, data)
+}
+
+// maxManifest bounds manifest.json, which is read whole.
+const maxManifest = 16 << 20
+
+// ParseManifest decodes and checks manifest bytes; name says where they
+// came from (a path or a registry reference) in errors.
+func ParseManifest(name string, data []byte) (*Manifest, error) {
+	p := name
+	if len(data) > maxManifest {
+		return nil, fmt.Errorf("%s: larger than %d bytes", p, maxManifest)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: data after the manifest object", p)
 	}
 	var errs []error
 	bad := func(field, format string, a ...any) {
@@ -192,6 +221,24 @@ func LoadManifest(dir string) (*Manifest, error) {
 			bad(fmt.Sprintf("images[%d].path", i), "%v", err)
 		}
 	}
+	for i, l := range m.Legal {
+		field := fmt.Sprintf("legal[%d]", i)
+		if err := validRel(l.Path); err != nil {
+			bad(field+".path", "%v", err)
+		} else if seen[l.Path] {
+			bad(field+".path", "%q is listed twice", l.Path)
+		}
+		seen[l.Path] = true
+		if !validHex(l.SHA256) {
+			bad(field+".sha256", "%q is not a lowercase hex SHA-256", l.SHA256)
+		}
+		if l.Size < 0 {
+			bad(field+".size", "%d is negative", l.Size)
+		}
+	}
+	if m.Legal == nil {
+		m.Legal = []LegalFile{}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -216,40 +263,12 @@ func BundlePaths(c Components, arch string) map[string]string {
 	return m
 }
 
-// hashFile streams p through SHA-256.
-func hashFile(ctx context.Context, p string) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, ctxReader{ctx, f})
-	if err != nil {
-		return "", n, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
-}
-
-// ctxReader stops a long copy when the context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
 // BuildManifest describes the bundle in dir: the component files at their
 // BundlePaths for c and arch and the image archives, hashed from disk.
 // It writes each file's .sha256 sidecar when it is missing or stale, and
 // is how a bundle producer (or a test) makes one after Fetch.
 func BuildManifest(ctx context.Context, dir, arch string, c Components, images []Image) (*Manifest, error) {
-	m := &Manifest{SchemaVersion: SchemaVersion, Arch: arch, Components: c, Images: images, Legal: []json.RawMessage{}}
+	m := &Manifest{SchemaVersion: SchemaVersion, Arch: arch, Components: c, Images: images, Legal: []LegalFile{}}
 	add := func(rel, component string) error {
 		sum, n, err := hashFile(ctx, filepath.Join(dir, rel))
 		if err != nil {

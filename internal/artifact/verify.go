@@ -1,18 +1,20 @@
 package artifact
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
 )
 
 // Problem is one reason a bundle cannot be used. Path is the file it is
-// about, as this process opened it.
+// about, as this process opened it (or the registry reference it came from).
 type Problem struct {
 	Path string
 	Msg  string
@@ -35,25 +37,33 @@ func trimV(s string) string { return strings.TrimPrefix(s, "v") }
 // fields in want are not compared) and against itself: the manifest's
 // arch is this host's, each component's file is where the release layout
 // puts it for the manifest's versions, every image archive is a listed
-// file, and every file exists with the manifest's size and a streamed
-// SHA-256 matching both the manifest and its .sha256 sidecar. File checks
-// stop at the first mismatch, as docs/offline-bundle.md asks.
+// file, and every file (payload and legal) exists with the manifest's
+// size and a streamed SHA-256 matching both the manifest and its .sha256
+// sidecar; image archives must also read as image archives. Every file is
+// checked and every problem reported, one per file.
 func Verify(ctx context.Context, dir string, want Components) []Problem {
-	_, ps := verify(ctx, dir, want)
+	_, ps := verify(ctx, dir, want, runtime.GOARCH)
 	return ps
 }
 
-func verify(ctx context.Context, dir string, want Components) (*Manifest, []Problem) {
-	mp := filepath.Join(dir, ManifestName)
-	m, err := LoadManifest(dir)
-	if err != nil {
-		return nil, []Problem{{mp, err.Error()}}
-	}
-	var ps []Problem
-	add := func(p, format string, a ...any) { ps = append(ps, Problem{p, fmt.Sprintf(format, a...)}) }
+// VerifyFor is Verify for another arch ("" skips the arch check), and
+// also returns the manifest when it could be read.
+func VerifyFor(ctx context.Context, dir string, want Components, arch string) (*Manifest, []Problem) {
+	return verify(ctx, dir, want, arch)
+}
 
-	if m.Arch != runtime.GOARCH {
-		add(mp, "manifest arch %s != host arch %s", m.Arch, runtime.GOARCH)
+// VerifyIntegrity is Verify without the config and host comparisons: what
+// a producer checks before publishing a bundle for another arch.
+func VerifyIntegrity(ctx context.Context, dir string) (*Manifest, []Problem) {
+	return verify(ctx, dir, Components{}, "")
+}
+
+// versionProblems compares the manifest with the config's versions and
+// with arch ("" skips the arch); the message names both sides.
+func versionProblems(m *Manifest, where string, want Components, arch string) []Problem {
+	var ps []Problem
+	if arch != "" && m.Arch != arch {
+		ps = append(ps, Problem{where, fmt.Sprintf("manifest arch %s != host arch %s", m.Arch, arch)})
 	}
 	for _, c := range []struct{ name, have, field, want string }{
 		{"kubernetes", m.Components.Kubernetes, "components.kubernetes", want.Kubernetes},
@@ -63,10 +73,17 @@ func verify(ctx context.Context, dir string, want Components) (*Manifest, []Prob
 		{"crictl", m.Components.Crictl, "components.crictl", want.Crictl},
 	} {
 		if c.want != "" && trimV(c.have) != trimV(c.want) {
-			add(mp, "manifest %s %s != config %s %s", c.name, c.have, c.field, c.want)
+			ps = append(ps, Problem{where, fmt.Sprintf("manifest %s %s != config %s %s", c.name, c.have, c.field, c.want)})
 		}
 	}
+	return ps
+}
 
+// layoutProblems checks that the manifest lists each component at its
+// release-layout path and that every image is a file.
+func layoutProblems(m *Manifest, where string) []Problem {
+	var ps []Problem
+	add := func(format string, a ...any) { ps = append(ps, Problem{where, fmt.Sprintf(format, a...)}) }
 	byComponent := map[string][]string{}
 	for _, f := range m.Files {
 		byComponent[f.Component] = append(byComponent[f.Component], f.Path)
@@ -77,57 +94,129 @@ func verify(ctx context.Context, dir string, want Components) (*Manifest, []Prob
 		switch {
 		case !needed && len(got) == 0:
 		case !needed:
-			add(mp, "files list %s %v but components.crictl is empty", comp, got)
+			add("files list %s %v but components.crictl is empty", comp, got)
 		case len(got) == 0:
-			add(mp, "no %s file listed (want %s)", comp, expected)
+			add("no %s file listed (want %s)", comp, expected)
 		case len(got) > 1 || got[0] != expected:
-			add(mp, "%s file is %v, want %s for the manifest's components and arch", comp, got, expected)
+			add("%s file is %v, want %s for the manifest's components and arch", comp, got, expected)
 		}
 	}
 	for _, im := range m.Images {
 		f := m.File(im.Path)
 		if f == nil || f.Component != ImageFile {
-			add(mp, "image %s (%s) is not a files entry with component image", im.Path, im.Ref)
+			add("image %s (%s) is not a files entry with component image", im.Path, im.Ref)
 		}
 	}
+	return ps
+}
+
+func verify(ctx context.Context, dir string, want Components, arch string) (*Manifest, []Problem) {
+	mp := filepath.Join(dir, ManifestName)
+	m, err := LoadManifest(dir)
+	if err != nil {
+		return nil, []Problem{{mp, err.Error()}}
+	}
+	ps := append(versionProblems(m, mp, want, arch), layoutProblems(m, mp)...)
 	if len(ps) > 0 {
 		return m, ps
 	}
 	for _, f := range m.Files {
 		if err := ctx.Err(); err != nil {
-			return m, []Problem{{dir, err.Error()}}
+			return m, append(ps, Problem{dir, err.Error()})
 		}
-		if p := checkFile(ctx, dir, f); p != nil {
-			return m, []Problem{*p}
+		if p := checkFile(ctx, dir, f.Path, f.SHA256, f.Size, f.Component == ImageFile); p != nil {
+			ps = append(ps, *p)
 		}
 	}
-	return m, nil
+	for _, l := range m.Legal {
+		if p := checkFile(ctx, dir, l.Path, l.SHA256, l.Size, false); p != nil {
+			ps = append(ps, *p)
+		}
+	}
+	return m, ps
 }
 
-func checkFile(ctx context.Context, dir string, f File) *Problem {
-	p := filepath.Join(dir, filepath.FromSlash(f.Path))
+// checkFile reads the file once: hashing it, and for an image archive
+// walking its tar headers on the way.
+func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, image bool) *Problem {
+	p := filepath.Join(dir, filepath.FromSlash(rel))
 	fi, err := os.Stat(p)
 	switch {
 	case err != nil:
 		return &Problem{p, fmt.Sprintf("listed in the manifest but unreadable: %v", err)}
 	case !fi.Mode().IsRegular():
 		return &Problem{p, "is not a regular file"}
-	case fi.Size() != f.Size:
-		return &Problem{p, fmt.Sprintf("size %d != manifest size %d", fi.Size(), f.Size)}
+	case fi.Size() != wantSize:
+		return &Problem{p, fmt.Sprintf("size %d != manifest size %d", fi.Size(), wantSize)}
 	}
 	side, err := readSidecar(p + ".sha256")
 	if err != nil {
 		return &Problem{p + ".sha256", err.Error()}
 	}
-	sum, _, err := hashFile(ctx, p)
+	f, err := os.Open(p)
 	if err != nil {
 		return &Problem{p, err.Error()}
 	}
-	if sum != f.SHA256 {
-		return &Problem{p, fmt.Sprintf("sha256 %s != manifest %s", sum, f.SHA256)}
-	}
-	if sum != side {
+	defer f.Close()
+	sum, imageErr, err := hashStream(ctx, f, image)
+	switch {
+	case err != nil:
+		return &Problem{p, err.Error()}
+	case sum != wantSum:
+		return &Problem{p, fmt.Sprintf("sha256 %s != manifest %s", sum, wantSum)}
+	case sum != side:
 		return &Problem{p, fmt.Sprintf("sha256 %s != %s.sha256 %s", sum, filepath.Base(p), side)}
+	case imageErr != nil:
+		return &Problem{p, "not a readable image archive: " + imageErr.Error()}
+	}
+	return nil
+}
+
+// hashStream hashes r; for an image archive it also walks the tar headers
+// on the same pass and reports whether they make an image archive.
+func hashStream(ctx context.Context, r io.Reader, image bool) (sum string, imageErr, err error) {
+	if !image {
+		sum, _, err = copyHashed(ctx, io.Discard, r)
+		return sum, nil, err
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := imageArchive(pr)
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	sum, _, err = copyHashed(ctx, pw, r)
+	pw.Close()
+	imageErr = <-done
+	return sum, imageErr, err
+}
+
+// imageArchive reads a tar stream to its end and wants the index of a
+// docker-save (manifest.json) or OCI (index.json) archive at its top. It
+// always drains r, so the hash on the other side of the pipe sees every
+// byte.
+func imageArchive(r io.Reader) error {
+	tr := tar.NewReader(r)
+	found := false
+	var err error
+	for {
+		var hdr *tar.Header
+		hdr, err = tr.Next()
+		if err != nil {
+			break
+		}
+		switch path.Clean(strings.TrimPrefix(hdr.Name, "./")) {
+		case "manifest.json", "index.json":
+			found = true
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
+	switch {
+	case !errors.Is(err, io.EOF):
+		return err
+	case !found:
+		return errors.New("no manifest.json or index.json")
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
@@ -45,6 +47,9 @@ type Pipeline struct {
 	Machine     string    // default kube1
 	JoinTimeout time.Duration
 
+	// bundle is the verified-or-to-verify bundle dir stage-node-components
+	// resolved, as this process opens it.
+	bundle string
 	// restartNode is set when node components or config changed, so a
 	// running machine restarts containerd and the kubelet to pick them up.
 	restartNode bool
@@ -126,6 +131,9 @@ func (p *Pipeline) Start(ctx context.Context) (changed bool, err error) {
 		return false, fmt.Errorf("detect cgroup mode: %w", err)
 	}
 	tasks := []task.Task{
+		// First: a bundle that cannot be had or does not verify stops
+		// start before anything else on the host changes.
+		p.stageComponentsTask(),
 		p.layoutDirsTask(),
 		p.kernelModulesTask(),
 		p.sysctlTask(),
@@ -167,44 +175,142 @@ func (p *Pipeline) provisionTask() task.Task {
 	}}
 }
 
-func (p *Pipeline) components() artifact.Components {
-	c := p.Config.Components
-	return artifact.Components{Kubernetes: c.Kubernetes, Containerd: c.Containerd, Runc: c.Runc, CNI: p.Config.Networking.CNIVersion}
+func (p *Pipeline) components() artifact.Components { return WantComponents(p.Config) }
+
+// WantComponents are the versions config c asks a bundle for.
+func WantComponents(c *config.Config) artifact.Components {
+	return artifact.Components{Kubernetes: c.Components.Kubernetes, Containerd: c.Components.Containerd, Runc: c.Components.Runc, CNI: c.Networking.CNIVersion}
 }
 
-// bundleDir resolves where the node components come from: the offline
-// source, or a staging dir under the state dir filled from upstream.
-func (p *Pipeline) bundleDir(ctx context.Context) (string, error) {
+// bundlesDir holds staged bundles: pulled from a registry or downloaded
+// from upstream. Never under /usr: on ACL it is read-only, and staged
+// bundles are state.
+const bundlesDir = layout.StateDir + "/bundles"
+
+// stagedMarker in a staged registry bundle records the artifact digest it
+// was pulled and verified from.
+const stagedMarker = ".pulled-from"
+
+// bundleDir resolves where the node components come from: a local offline
+// source as it is, or a staging dir under the state dir filled from a
+// registry or from upstream.
+func (p *Pipeline) bundleDir(ctx context.Context) (dir string, err error) {
+	dir, _, err = p.stageBundle(ctx)
+	return dir, err
+}
+
+// stageBundle is bundleDir that also says whether it downloaded anything.
+func (p *Pipeline) stageBundle(ctx context.Context) (string, bool, error) {
 	src := p.Config.Bootstrap.OfflineArtifacts.Source
 	if src != "" {
 		dir, err := artifact.ResolveSource(src, p.Config.Components.Kubernetes)
 		if err != nil {
-			return "", fmt.Errorf("bootstrap.offlineArtifacts.source: %w", err)
+			return "", false, fmt.Errorf("bootstrap.offlineArtifacts.source: %w", err)
 		}
-		if filepath.IsAbs(dir) {
-			return p.Layout.OnRoot(dir), nil
+		if strings.HasPrefix(dir, artifact.OCIScheme) {
+			return p.stageOCI(ctx, dir)
 		}
-		return "", fmt.Errorf("bootstrap.offlineArtifacts.source %q: only local bundles (absolute path or file://) are supported by this build", dir)
+		return p.Layout.OnRoot(dir), false, nil
 	}
-	staged := filepath.Join(layout.StateDir, "bundles", "k8s-"+p.Config.Components.Kubernetes)
-	if err := p.track(filepath.Dir(staged), staged); err != nil {
-		return "", err
+	staged := bundlesDir + "/k8s-" + p.Config.Components.Kubernetes
+	if err := p.track(bundlesDir, staged); err != nil {
+		return "", false, err
 	}
 	dir := p.Layout.OnRoot(staged)
-	if err := artifact.Fetch(ctx, nil, artifact.UpstreamURLs(p.components(), "amd64"), dir); err != nil {
-		return "", err
+	if err := artifact.Fetch(ctx, nil, artifact.UpstreamURLs(p.components(), runtime.GOARCH), dir); err != nil {
+		return "", false, err
 	}
-	return dir, nil
+	return dir, false, nil
+}
+
+// stageOCI pulls the bundle at ref into bundles/oci-<digest>, verifies it
+// and returns the dir. A bundle already staged from the same artifact
+// digest is not downloaded again (the components stamp then decides
+// whether it is hashed again); a partial one resumes per file. A staged
+// bundle that does not verify is removed, so the next start pulls afresh.
+func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, bool, error) {
+	reg := artifact.Registry{PlainHTTP: p.Config.Bootstrap.OfflineArtifacts.PlainHTTP}
+	rem, ps := reg.Inspect(ctx, ref, p.components(), runtime.GOARCH)
+	if len(ps) > 0 {
+		return "", false, artifact.Problems(ps)
+	}
+	staged := bundlesDir + "/oci-" + rem.Digest.Hex[:16]
+	if err := p.track(bundlesDir, staged); err != nil {
+		return "", false, err
+	}
+	dir := p.Layout.OnRoot(staged)
+	marker := filepath.Join(dir, stagedMarker)
+	if b, err := os.ReadFile(marker); err == nil && string(b) == rem.Digest.String()+"\n" {
+		return dir, false, nil
+	}
+	start := time.Now()
+	n, err := reg.Pull(ctx, rem, dir)
+	if err != nil {
+		return "", false, err
+	}
+	if _, ps := artifact.VerifyFor(ctx, dir, p.components(), runtime.GOARCH); len(ps) > 0 {
+		_ = os.RemoveAll(dir)
+		return "", false, fmt.Errorf("bundle pulled from %s into %s does not verify (removed): %w", ref, staged, artifact.Problems(ps))
+	}
+	if _, err := fsutil.WriteFile(marker, []byte(rem.Digest.String()+"\n"), 0o644); err != nil {
+		return "", false, err
+	}
+	p.Log.Info("pulled bundle", "ref", ref, "digest", rem.Digest.String(), "dir", staged, "bytes", n, "duration", time.Since(start).Round(time.Millisecond))
+	return dir, true, nil
+}
+
+// removeStaleBundles removes every staged bundle but the one in use, so
+// upgrades do not pile up old versions under the state dir.
+func (p *Pipeline) removeStaleBundles(current string) error {
+	root := p.Layout.OnRoot(bundlesDir)
+	des, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, de := range des {
+		d := filepath.Join(root, de.Name())
+		if d == current {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("remove stale staged bundle %s: %w", d, err)
+		}
+		p.Log.Info("removed stale staged bundle", "dir", filepath.Join(bundlesDir, de.Name()))
+	}
+	return nil
+}
+
+// VerifyLocalBundle is the full check of an offline bundle dir (a path
+// this process opens) that preflight runs before start touches the host;
+// a bundle unchanged since the last verified install is not hashed again.
+func (p *Pipeline) VerifyLocalBundle(ctx context.Context, dir string) error {
+	if p.componentsUnchanged(dir) {
+		return nil
+	}
+	return artifact.Problems(artifact.Verify(ctx, dir, p.components()))
+}
+
+func (p *Pipeline) stageComponentsTask() task.Task {
+	return task.Func{N: "stage-node-components", F: func(ctx context.Context) (task.Result, error) {
+		dir, pulled, err := p.stageBundle(ctx)
+		if err != nil {
+			return task.Result{}, err
+		}
+		p.bundle = dir
+		return task.Result{Changed: pulled, Detail: dir}, nil
+	}}
 }
 
 func (p *Pipeline) installComponentsTask() task.Task {
 	return task.Func{N: "install-node-components", F: func(ctx context.Context) (task.Result, error) {
-		dir, err := p.bundleDir(ctx)
-		if err != nil {
-			return task.Result{}, err
+		dir := p.bundle
+		if dir == "" {
+			return task.Result{}, errors.New("no bundle staged: stage-node-components did not run")
 		}
 		if p.componentsUnchanged(dir) {
-			return task.Result{Detail: "bundle and installed files unchanged since verified"}, nil
+			return task.Result{Detail: "bundle and installed files unchanged since verified"}, p.removeStaleBundles(dir)
 		}
 		if probs := artifact.Verify(ctx, dir, p.components()); len(probs) > 0 {
 			return task.Result{}, artifact.Problems(probs)
@@ -214,7 +320,10 @@ func (p *Pipeline) installComponentsTask() task.Task {
 		if err != nil {
 			return res, err
 		}
-		return res, p.saveComponentsStamp(dir)
+		if err := p.saveComponentsStamp(dir); err != nil {
+			return res, err
+		}
+		return res, p.removeStaleBundles(dir)
 	}}
 }
 

@@ -72,7 +72,7 @@ func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
 	changed := false
 	var errs []error
 	// Owned wholesale: everything inside is ours.
-	owned := map[string]bool{p.Layout.LogDir: true, p.Layout.LibDir: true, layout.StateDir + "/bundles": true, layout.StateDir + "/machines": true}
+	owned := map[string]bool{p.Layout.LogDir: true, p.Layout.LibDir: true, bundlesDir: true, layout.StateDir + "/machines": true}
 	for _, hp := range dedupeDeepestFirst(paths) {
 		full := p.Layout.OnRoot(hp)
 		fi, err := os.Lstat(full)
@@ -86,7 +86,7 @@ func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
 		switch {
 		case !fi.IsDir():
 			err = os.Remove(full)
-		case owned[hp]:
+		case owned[hp], strings.HasPrefix(hp, bundlesDir+"/"):
 			err = os.RemoveAll(full)
 		case hp == p.Layout.StateDir:
 			err = removeDirExcept(full, keepInStateDir)

@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 )
@@ -51,6 +52,7 @@ reported as warnings with --ignore-preflight-errors.`,
 				src.IMDSEndpoint = imds
 			}
 			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
+			bundleChecks(env, c, &bootstrap.Pipeline{Layout: l, Config: c, ConfigFile: path})
 			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {

@@ -110,6 +110,7 @@ Agent-owned files live under the install prefix declared in the config
 		newResetCommand(),
 		newPreflightCommand(),
 		newIgnitionCommand(),
+		newArtifactsCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

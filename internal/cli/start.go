@@ -48,19 +48,21 @@ A second start on a converged host changes nothing and says so.`,
 				return invalid(err)
 			}
 			out := cmd.OutOrStdout()
-			report := preflight.Run(cmd.Context(), preflight.Checks(&preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}), opts)
+			p := &bootstrap.Pipeline{
+				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
+				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
+				Progress:    out,
+				JoinTimeout: timeout,
+			}
+			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}
+			bundleChecks(env, c, p)
+			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			if err := report.WriteText(out); err != nil {
 				return err
 			}
 			if report.Failed(opts.FailOnWarnings) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused by preflight before touching the host; nothing was changed")
 				return &exitError{code: ExitFailure, err: errSilent}
-			}
-			p := &bootstrap.Pipeline{
-				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
-				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
-				Progress:    out,
-				JoinTimeout: timeout,
 			}
 			if _, err := p.Start(cmd.Context()); err != nil {
 				return fmt.Errorf("start: %w", err)

@@ -107,6 +107,8 @@ func TestValidationRules(t *testing.T) {
 		{"offline source template", map[string]any{"bootstrap.offlineArtifacts.source": "/b/{{ .KubernetesVersion"}, "bootstrap.offlineArtifacts.source", "template"},
 		{"offline source file ok", map[string]any{"bootstrap.offlineArtifacts.source": "file:///b/{{ .KubernetesVersion }}"}, "", ""},
 		{"offline source oci ok", map[string]any{"bootstrap.offlineArtifacts.source": "oci://127.0.0.1:5000/a/b:k8s-{{ .KubernetesVersion }}"}, "", ""},
+		{"plain http needs oci", map[string]any{"bootstrap.offlineArtifacts.source": "/b", "bootstrap.offlineArtifacts.plainHTTP": true}, "bootstrap.offlineArtifacts.plainHTTP", "applies only to an oci://"},
+		{"plain http oci ok", map[string]any{"bootstrap.offlineArtifacts.source": "oci://10.1.2.3:5000/a/b:v1", "bootstrap.offlineArtifacts.plainHTTP": true}, "", ""},
 		{"host device", map[string]any{"bootstrap.additionalHostDevices": []any{"/dev/fuse", "/etc/passwd"}}, "bootstrap.additionalHostDevices[1]", "under /dev/"},
 		{"dns ip", map[string]any{"networking.dnsServiceIP": "10.0.0"}, "networking.dnsServiceIP", "IP"},
 		{"cni version", map[string]any{"networking.cniVersion": "one"}, "networking.cniVersion", "version"},

@@ -80,6 +80,10 @@ type Bootstrap struct {
 
 type OfflineArtifacts struct {
 	Source string `json:"source,omitempty"`
+	// PlainHTTP lets an oci:// source on a registry that is not on
+	// loopback be reached over plain HTTP. Loopback registries may always
+	// use it; anything else needs this to be said out loud.
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
 }
 
 type Networking struct {

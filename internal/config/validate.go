@@ -184,6 +184,9 @@ func Validate(c *Config) ValidationErrors {
 			add("bootstrap.offlineArtifacts.source", "%q %s", src, msg)
 		}
 	}
+	if c.Bootstrap.OfflineArtifacts.PlainHTTP && !strings.HasPrefix(c.Bootstrap.OfflineArtifacts.Source, "oci://") {
+		add("bootstrap.offlineArtifacts.plainHTTP", "applies only to an oci:// bootstrap.offlineArtifacts.source, which is %q", c.Bootstrap.OfflineArtifacts.Source)
+	}
 	for i, d := range c.Bootstrap.AdditionalHostDevices {
 		if !isAbsClean(d) || !strings.HasPrefix(d, "/dev/") {
 			add(fmt.Sprintf("bootstrap.additionalHostDevices[%d]", i), "%q must be a clean path under /dev/", d)

@@ -65,7 +65,14 @@ func artifactSourcesCheck(e *Env) Check {
 			return Error(fmt.Sprintf("fix %s in %s; it may use {{ .KubernetesVersion }}", sourceKey, cfg), "%s %q does not expand: %v", sourceKey, src, err)
 		}
 		if strings.HasPrefix(expanded, "oci://") {
-			return OK("%s: checked at pull time", expanded)
+			if e.InspectOfflineArtifacts == nil {
+				return OK("%s: checked at pull time", expanded)
+			}
+			if err := e.InspectOfflineArtifacts(ctx, expanded); err != nil {
+				return Error(fmt.Sprintf("push the bundle for Kubernetes %s to %s with `aks-flex-node artifacts push`, or fix %s in %s", e.Config.Components.Kubernetes, expanded, sourceKey, cfg),
+					"offline bundle %s does not verify: %v", expanded, err)
+			}
+			return OK("%s: artifact and its %s agree with the config, file digests match", expanded, ManifestName)
 		}
 		dir := strings.TrimPrefix(expanded, "file://")
 		if !path.IsAbs(dir) {

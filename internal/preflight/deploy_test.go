@@ -81,4 +81,20 @@ func TestArtifactSources(t *testing.T) {
 	want(t, h.run(NameArtifactSources), SeverityError, "not a path inside the bundle")
 	h.file(bundle+"/manifest.json", `{"files": []}`)
 	want(t, h.run(NameArtifactSources), SeverityError, "lists no files")
+
+	// oci:// sources: inspected through the hook, with the expanded ref.
+	h.set("bootstrap.offlineArtifacts.source", "oci://127.0.0.1:5000/aks-flex/bootstrap-artifacts:k8s-{{ .KubernetesVersion }}")
+	env = h.env()
+	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "checked at pull time")
+	var inspected string
+	env.InspectOfflineArtifacts = func(ctx context.Context, ref string) error {
+		inspected = ref
+		return errors.New("kubernetes/v1.35.2/bin/linux/amd64/kubelet: layer sha256:aa != manifest sha256 bb")
+	}
+	want(t, runNamed(t, env, NameArtifactSources), SeverityError, "does not verify", "kubelet: layer sha256:aa", "artifacts push")
+	if inspected != "oci://127.0.0.1:5000/aks-flex/bootstrap-artifacts:k8s-1.35.2" {
+		t.Errorf("hook got %q", inspected)
+	}
+	env.InspectOfflineArtifacts = func(context.Context, string) error { return nil }
+	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "file digests match")
 }

@@ -55,6 +55,10 @@ type Env struct {
 	// replaced by Root). nil reads the default customData path under Root
 	// and does not ask IMDS: the CLI opts in, so no test reaches it.
 	Provisioning *ignition.Sources
+	// InspectOfflineArtifacts, when set, checks an oci:// source (expanded)
+	// without downloading its files: the artifact exists, its manifest.json
+	// matches the config, and every file's layer digest is its SHA-256.
+	InspectOfflineArtifacts func(ctx context.Context, ref string) error
 }
 
 func (e *Env) setDefaults() {

@@ -49,10 +49,13 @@ type scenario struct {
 	prefix   string
 	agent    string // where install.sh puts the binary for this layout
 	nodeName string
+	// oci: the bundle comes from the site registry (oci://), else from a
+	// directory on the host.
+	oci bool
 }
 
 var scenarios = []scenario{
-	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", nodeName: "acl-node-1"},
+	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", nodeName: "acl-node-1", oci: true},
 	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", nodeName: "debian-node-1"},
 }
 
@@ -67,6 +70,13 @@ type env struct {
 	manifest  fixtures.Manifest
 	dist      string
 	net       *netlab.Link
+	registry  *siteRegistry
+	// ociBundle is the bundle `artifacts build` made and `artifacts push`
+	// published; tampered is the source of its tampered copy.
+	ociBundle string
+	tampered  string
+	// tamperedDir is a local copy of the bundle with the kubelet changed.
+	tamperedDir string
 }
 
 func TestJoin(t *testing.T) {
@@ -96,6 +106,10 @@ func TestJoin(t *testing.T) {
 	})
 	e.dist = t.TempDir()
 	buildAgent(t, e.dist+"/aks-flex-node")
+	e.registry = startRegistry(t, e.net.NS)
+	e.ociBundle = publishBundle(t, e.dist+"/aks-flex-node", e.bundle, e.manifest, e.registry)
+	e.tampered = publishTampered(t, e.registry, e.ociBundle, e.manifest)
+	e.tamperedDir = tamperedCopy(t, e.ociBundle, e.manifest)
 	only := os.Getenv("AKS_FLEX_NODE_SCENARIO")
 	for _, sc := range scenarios {
 		if only != "" && only != sc.name {
@@ -105,15 +119,21 @@ func TestJoin(t *testing.T) {
 	}
 }
 
-func (e *env) config(sc scenario, edit func(kubelet, agent map[string]any)) []byte {
+func (e *env) config(sc scenario, edit func(kubelet, agent, bootstrap map[string]any)) []byte {
 	kubelet := map[string]any{"clusterFQDN": strings.TrimPrefix(e.cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(e.cp.CAPEM), "nodeIP": e.net.Inner}
 	agent := map[string]any{"nodeName": sc.nodeName}
 	if sc.prefix != "" {
 		agent["hostPrefix"] = sc.prefix
 	}
 	token := e.cp.Token
+	source := "/var/lib/aks-flex-node-test/bundle"
+	if sc.oci {
+		source = "oci://" + e.registry.Inner + "/" + bundleRepo + ":k8s-{{ .KubernetesVersion }}"
+	}
+	bootstrap := map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
+		"offlineArtifacts": map[string]any{"source": source}}
 	if edit != nil {
-		edit(kubelet, agent)
+		edit(kubelet, agent, bootstrap)
 		if tok, ok := kubelet["token"].(string); ok {
 			token = tok
 			delete(kubelet, "token")
@@ -125,9 +145,8 @@ func (e *env) config(sc scenario, edit func(kubelet, agent map[string]any)) []by
 		"agent":      agent,
 		"components": map[string]any{"kubernetes": m.Components.Kubernetes, "containerd": m.Components.Containerd, "runc": m.Components.Runc, "sandboxImage": fixtures.PauseImageRef},
 		"networking": map[string]any{"cniVersion": m.Components.CNI},
-		"bootstrap": map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
-			"offlineArtifacts": map[string]any{"source": "/var/lib/aks-flex-node-test/bundle"}},
-		"node": map[string]any{"kubelet": kubelet},
+		"bootstrap":  bootstrap,
+		"node":       map[string]any{"kubelet": kubelet},
 	}, "", "  ")
 	return cfg
 }
@@ -141,6 +160,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + e.layoutDir + ":/var/lib/aks-flex-node-test/worker",
 		"--bind-ro=" + e.bundle + ":/var/lib/aks-flex-node-test/bundle",
+		"--bind-ro=" + e.tamperedDir + ":/var/lib/aks-flex-node-test/tampered-bundle",
 	}})
 	must := func(err error) {
 		t.Helper()
@@ -241,13 +261,20 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 	}
 	cases := []struct {
 		name string
-		edit func(kubelet, agent map[string]any)
+		edit func(kubelet, agent, bootstrap map[string]any)
 		want string
 	}{
-		{"wrong CA", func(k, _ map[string]any) { k["caCertData"] = base64.StdEncoding.EncodeToString(otherCA) }, "[ERROR api-server-reachable]"},
-		{"wrong token", func(k, _ map[string]any) { k["token"] = "zzzzzz.0123456789abcdef" }, "rejected the bootstrap token zzzzzz"},
-		{"unreachable API server", func(k, _ map[string]any) { k["clusterFQDN"] = e.net.Outer + ":1" }, "[ERROR api-server-reachable]"},
-		{"prefix on a read-only mount", func(_, a map[string]any) { a["hostPrefix"] = "/usr/aks-flex-node" }, "[ERROR host-layout]"},
+		{"wrong CA", func(k, _, _ map[string]any) { k["caCertData"] = base64.StdEncoding.EncodeToString(otherCA) }, "[ERROR api-server-reachable]"},
+		{"wrong token", func(k, _, _ map[string]any) { k["token"] = "zzzzzz.0123456789abcdef" }, "rejected the bootstrap token zzzzzz"},
+		{"unreachable API server", func(k, _, _ map[string]any) { k["clusterFQDN"] = e.net.Outer + ":1" }, "[ERROR api-server-reachable]"},
+		{"prefix on a read-only mount", func(_, a, _ map[string]any) { a["hostPrefix"] = "/usr/aks-flex-node" }, "[ERROR host-layout]"},
+		// One byte changed in the kubelet layer at the registry: refused
+		// by preflight, naming the file, before anything is downloaded.
+		{"tampered bundle", func(_, _, b map[string]any) { b["offlineArtifacts"] = map[string]any{"source": e.tampered} }, artifactPath(e.manifest, "kubelet") + ": layer sha256:"},
+		// The same in a local bundle: preflight verifies it in full.
+		{"tampered local bundle", func(_, _, b map[string]any) {
+			b["offlineArtifacts"] = map[string]any{"source": "/var/lib/aks-flex-node-test/tampered-bundle"}
+		}, "/var/lib/aks-flex-node-test/tampered-bundle/" + artifactPath(e.manifest, "kubelet") + ": sha256 "},
 	}
 	for i, tc := range cases {
 		path := fmt.Sprintf("/root/bad-%d.json", i)
@@ -264,6 +291,16 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 		if err == nil || !strings.Contains(stdout+stderr, tc.want) || !strings.Contains(stderr, "nothing was changed") {
 			t.Errorf("%s: want a refusal naming %q, got err=%v:\n%s\n%s", tc.name, tc.want, err, stdout, stderr)
 		}
+	}
+	// `artifacts verify` on the host says the same about the tampered
+	// bundle, on one line, with exit 1; the good one verifies.
+	stdout, stderr, err := h.Run(e.ctx, "/root/dist/aks-flex-node", "artifacts", "verify", "--source", e.tampered, "--kubernetes-version", e.manifest.Components.Kubernetes)
+	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); exitCode(err) != 1 || len(lines) != 1 || !strings.HasPrefix(lines[0], artifactPath(e.manifest, "kubelet")+": layer sha256:") {
+		t.Errorf("artifacts verify of the tampered bundle: exit %d, want 1 and one line naming the kubelet:\n%s\n%s", exitCode(err), stdout, stderr)
+	}
+	good := strings.TrimSuffix(e.tampered, "-tampered")
+	if stdout, stderr, err := h.Run(e.ctx, "/root/dist/aks-flex-node", "artifacts", "verify", "--source", good, "--kubernetes-version", e.manifest.Components.Kubernetes); err != nil {
+		t.Errorf("artifacts verify %s: %v\n%s\n%s", good, err, stdout, stderr)
 	}
 	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr", "/run")
 	if err != nil {

@@ -1,0 +1,5 @@
+package artifact
+
+import "syscall"
+
+func umask(m int) int { return syscall.Umask(m) }
