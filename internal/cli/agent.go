@@ -11,9 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
+	"github.com/Azure/aks-flex-node/internal/machine"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -24,7 +26,11 @@ func newAgentCommand() *cobra.Command {
 		Long: `Run the agent in the foreground until SIGTERM. It waits, with backoff,
 for the config file and for the API server rather than exiting, so systemd's
 start limit is never reached because a cluster is not yet reachable. An
-invalid config exits 2, which the unit does not restart.`,
+invalid config exits 2, which the unit does not restart.
+
+On a joined host it keeps the node's machine running: every
+agent.machineReconcileInterval it starts the machine if it is stopped (after
+a reboot nothing else does), without waiting for the API server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -44,6 +50,8 @@ invalid config exits 2, which the unit does not restart.`,
 			}
 			interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
 			a := &daemon.Agent{Config: c, Layout: l, Log: log, Interval: interval}
+			keeper := &bootstrap.MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log}
+			a.Maintain = keeper.Keep
 			if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
 				client, err := kubeapi.New(srv, c.CAPEM(), 10*time.Second)
 				if err != nil {

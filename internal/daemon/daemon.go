@@ -25,9 +25,14 @@ type Agent struct {
 	Log    *slog.Logger
 	// WaitFor names what the agent waits for and how to check it; the
 	// agent logs the name while it waits.
-	WaitFor     string
-	Ready       Probe
-	Reconcile   func(ctx context.Context) error
+	WaitFor   string
+	Ready     Probe
+	Reconcile func(ctx context.Context) error
+	// Maintain is host-local upkeep that needs nothing remote (keeping the
+	// node's machine running after a reboot). It runs at once and every
+	// Interval, also while the agent still waits for Ready: a kubelet that
+	// is not running cannot make an unreachable API server reachable.
+	Maintain    func(ctx context.Context) error
 	Interval    time.Duration
 	MinBackoff  time.Duration
 	MaxBackoff  time.Duration
@@ -50,6 +55,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.sleepJitter = func(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 	}
 	a.Log.Info("agent started", "prefix", a.Layout.Prefix, "binary", a.Layout.AgentBinary, "config", a.Layout.ConfigFile)
+	interval := a.Interval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	if a.Maintain != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			a.every(ctx, interval, "maintain", a.Maintain)
+		}()
+	}
 	if a.Ready != nil {
 		if err := a.waitReady(ctx); err != nil {
 			return nil // cancelled while waiting
@@ -58,22 +75,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.AfterReady != nil {
 		a.AfterReady()
 	}
-	interval := a.Interval
-	if interval <= 0 {
-		interval = time.Minute
-	}
+	a.every(ctx, interval, "reconcile", a.Reconcile)
+	a.Log.Info("agent stopping", "reason", context.Cause(ctx))
+	return nil
+}
+
+// every runs f now and at each interval until ctx ends; a failure is logged
+// and retried at the next interval, never fatal. A nil f just waits.
+func (a *Agent) every(ctx context.Context, interval time.Duration, what string, f func(context.Context) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if a.Reconcile != nil {
-			if err := a.Reconcile(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				a.Log.Warn("reconcile failed; retrying at the next interval", "error", err, "interval", interval)
+		if f != nil {
+			if err := f(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				a.Log.Warn(what+" failed; retrying at the next interval", "error", err, "interval", interval)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			a.Log.Info("agent stopping", "reason", context.Cause(ctx))
-			return nil
+			return
 		case <-t.C:
 		}
 	}

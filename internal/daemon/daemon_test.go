@@ -75,3 +75,40 @@ func TestCancelWhileWaitingIsClean(t *testing.T) {
 		t.Errorf("no stop log:\n%s", buf.String())
 	}
 }
+
+// TestMaintainRunsWhileWaiting: upkeep that needs nothing remote (starting
+// the node's machine after a reboot) must not wait for the API server.
+func TestMaintainRunsWhileWaiting(t *testing.T) {
+	var buf syncBuf
+	maintained := make(chan struct{}, 3)
+	a := &Agent{
+		Log:     slog.New(slog.NewTextHandler(&buf, nil)),
+		WaitFor: "API server https://127.0.0.1:1",
+		Ready:   func(context.Context) error { return errors.New("connection refused") },
+		Maintain: func(context.Context) error {
+			select {
+			case maintained <- struct{}{}:
+			default:
+			}
+			return errors.New("machinectl failed")
+		},
+		Interval: time.Millisecond,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	for i := 0; i < 2; i++ {
+		select {
+		case <-maintained:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Maintain did not run (again) while the agent waited for Ready")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel = %v, want nil", err)
+	}
+	if !strings.Contains(buf.String(), "maintain failed; retrying") {
+		t.Errorf("a failed Maintain is not logged:\n%s", buf.String())
+	}
+}

@@ -235,6 +235,20 @@ func (e *env) run(t *testing.T, sc scenario) {
 	rss, _, _ := h.Run(ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
 	t.Logf("BENCH scenario=%s join=%v converged-rerun=%v agent-%s", sc.name, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
 
+	// A power cut: nothing but the agent, which systemd starts at boot,
+	// brings the node's machine back; a new pod proves the kubelet is up
+	// (the Node's Ready condition alone could still be the stale one).
+	cut := time.Now()
+	must(h.PowerCycle(ctx))
+	logs = runPod(t, ctx, client, h, sc.nodeName, "after-power-cut-"+sc.name)
+	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
+		t.Errorf("pod logs after the power cut %q", logs)
+	}
+	if j := h.RunOK(t, "journalctl", "--no-pager", "-u", "aks-flex-node-agent.service", "-b"); !strings.Contains(j, "starting it") {
+		t.Errorf("the agent did not say it started the machine after the power cut:\n%s", j)
+	}
+	t.Logf("BENCH scenario=%s power-cut-to-pod-running=%v", sc.name, time.Since(cut).Round(time.Millisecond))
+
 	// reset, then uninstall, leave nothing of ours.
 	h.RunOK(t, sc.agent, "reset")
 	h.RunOK(t, sc.agent, "reset") // safe twice

@@ -1,0 +1,59 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+)
+
+// MachineKeeper is the agent's upkeep of a joined host's machine. Nothing
+// else starts the machine after the host reboots (or after someone stops
+// it): start boots it once, and the machine unit is not enabled, so that
+// start, reset and a later repave stay the only things that decide which
+// side runs. The agent, which systemd does start at boot, brings it back.
+type MachineKeeper struct {
+	Layout  layout.Layout
+	Machine string // "" means DefaultMachine
+	Control *machine.Control
+	Log     *slog.Logger
+}
+
+// Keep starts the machine when the host has joined (start's marker is
+// there) and the machine's unit is neither active nor on its way. A host
+// that never joined, or was reset, is left alone.
+func (k *MachineKeeper) Keep(ctx context.Context) error {
+	marker := k.Layout.OnRoot(k.Layout.JoinedMarker())
+	if _, err := os.Stat(marker); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("keep machine: %w", err)
+	}
+	name := k.Machine
+	if name == "" {
+		name = DefaultMachine
+	}
+	state, err := k.Control.State(ctx, name)
+	if err != nil {
+		return fmt.Errorf("keep machine %s: %w", name, err)
+	}
+	switch state {
+	case "active", "activating", "reloading":
+		return nil
+	case "deactivating":
+		// Someone is stopping it on purpose (reset, repave); a start now
+		// would fight them. The next interval looks again.
+		return nil
+	}
+	k.Log.Warn("machine is not running on a joined host; starting it", "machine", name, "state", state, "joined-marker", k.Layout.JoinedMarker())
+	if err := k.Control.Start(ctx, name); err != nil {
+		return fmt.Errorf("keep machine %s (was %s): %w", name, state, err)
+	}
+	k.Log.Info("machine started", "machine", name)
+	return nil
+}

@@ -1,0 +1,79 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+)
+
+// TestMachineKeeper drives the decision through machine.Control with a
+// runner that answers systemctl like systemd does and records every call;
+// the real thing runs in the join end-to-end test (power cycle, Ready again).
+func TestMachineKeeper(t *testing.T) {
+	cases := []struct {
+		name      string
+		joined    bool
+		state     string
+		wantStart bool
+	}{
+		{"never joined", false, "inactive", false},
+		{"joined, running", true, "active", false},
+		{"joined, booting", true, "activating", false},
+		{"joined, being stopped", true, "deactivating", false},
+		{"joined, stopped after reboot", true, "inactive", true},
+		{"joined, failed", true, "failed", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l, err := layout.New(root, "/opt/aks-flex-node", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.joined {
+				m := l.OnRoot(l.JoinedMarker())
+				if err := os.MkdirAll(filepath.Dir(m), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(m, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var calls []string
+			run := func(_ context.Context, name string, args ...string) ([]byte, error) {
+				calls = append(calls, name+" "+strings.Join(args, " "))
+				if name == "systemctl" && args[0] == "show" {
+					return []byte("ActiveState=" + tc.state + "\n"), nil
+				}
+				return nil, nil
+			}
+			var log bytes.Buffer
+			k := &MachineKeeper{Layout: l, Control: &machine.Control{Run: run}, Log: slog.New(slog.NewTextHandler(&log, nil))}
+			if err := k.Keep(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			started := false
+			for _, c := range calls {
+				if c == "machinectl start "+DefaultMachine {
+					started = true
+				}
+			}
+			if started != tc.wantStart {
+				t.Fatalf("machinectl start called = %v, want %v (calls %q)", started, tc.wantStart, calls)
+			}
+			if !tc.joined && len(calls) != 0 {
+				t.Fatalf("a host that never joined must not be touched; calls %q", calls)
+			}
+			if tc.wantStart && !strings.Contains(log.String(), "state="+tc.state) {
+				t.Errorf("log does not say what state the machine was in:\n%s", log.String())
+			}
+		})
+	}
+}
