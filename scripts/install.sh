@@ -120,8 +120,10 @@ chmod 0755 "$staged"
 	die "the staged binary does not run ($staged version failed; is $(dirname "$stage") mounted noexec?)"
 note "verified $source_desc (sha256 $sha)"
 
-# Know the host; the binary does the probing.
-note "host: $("$staged" host inspect --summary)"
+# Know the host; the binary does the probing. The installer needs only the
+# OS and its capabilities, not the provisioning payloads: asking IMDS off
+# Azure would cost a timeout for nothing (preflight looks at payloads).
+note "host: $("$staged" host inspect --summary --imds-endpoint off)"
 
 # Where to install.
 config_dir=""
@@ -191,7 +193,7 @@ created+=("file $dest")
 chmod 0600 "$RECORD.tmp.$$"
 mv -f "$RECORD.tmp.$$" "$RECORD"
 
-pkg=$("$staged" host inspect --output json | sed -n 's/.*"packageManager": *"\([^"]*\)".*/\1/p')
+pkg=$("$staged" host inspect --output json --imds-endpoint off | sed -n 's/.*"packageManager": *"\([^"]*\)".*/\1/p')
 if $azure_cli; then
 	if [ -z "$pkg" ]; then
 		note "Azure CLI: skipped, this host has no package manager"
