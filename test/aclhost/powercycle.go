@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -59,22 +58,34 @@ func (h *Host) ListenTCP(addr string) (net.Listener, error) {
 	if h.leader == 0 {
 		return nil, errors.New("aclhost: host has no running init")
 	}
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", h.leader))
+	l, err := ListenInNetNS(fmt.Sprintf("/proc/%d/ns/net", h.leader), addr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("aclhost: listen inside %s: %w", h.name, err)
 	}
-	defer ns.Close()
+	return l, nil
+}
+
+// ListenInNetNS opens a TCP listener inside the network namespace at nsPath
+// (/proc/PID/ns/net, /run/netns/NAME). A socket stays in the namespace it
+// was created in, so only the creating thread switches; it is locked and
+// never unlocked, so the runtime retires it instead of reusing a thread
+// that sits in the wrong namespace.
+func ListenInNetNS(nsPath, addr string) (net.Listener, error) {
 	type result struct {
 		l   net.Listener
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// The thread that switched namespaces is never unlocked, so the
-		// runtime discards it instead of reusing it for other goroutines.
 		runtime.LockOSThread()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("aclhost: setns into %s's network namespace: %w", h.name, err)}
+		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{err: fmt.Errorf("open %s: %w", nsPath, err)}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("setns %s: %w", nsPath, err)}
 			return
 		}
 		l, err := net.Listen("tcp", addr)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,31 +11,16 @@ import (
 	"testing"
 
 	"github.com/Azure/aks-flex-node/test/aclhost"
+	"github.com/Azure/aks-flex-node/test/fakeimds"
 )
 
-// fakeIMDS serves userData inside the host's network namespace, speaking
-// IMDS's documented protocol: GET with "Metadata: true" (400 without it),
-// the userData base64-encoded. It returns the base URL and a hit counter.
+// fakeIMDS serves userData inside the host's network namespace and returns
+// the base URL and a hit counter.
 func fakeIMDS(t *testing.T, h *aclhost.Host, userData []byte) (string, *atomic.Int32) {
 	t.Helper()
 	l, err := h.ListenTCP("127.0.0.1:0")
 	must(t, err)
-	var hits atomic.Int32
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Metadata") != "true" {
-			http.Error(w, `{"error":"Bad request. Required metadata header not specified"}`, http.StatusBadRequest)
-			return
-		}
-		if r.URL.Path != "/metadata/instance/compute/userData" || r.URL.Query().Get("format") != "text" {
-			http.NotFound(w, r)
-			return
-		}
-		hits.Add(1)
-		_, _ = w.Write([]byte(base64.StdEncoding.EncodeToString(userData)))
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String(), &hits
+	return fakeimds.Serve(t, l, userData)
 }
 
 type provisioningReport struct {

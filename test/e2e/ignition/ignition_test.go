@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/e2e/netlab"
+	"github.com/Azure/aks-flex-node/test/fakeimds"
 	"github.com/Azure/aks-flex-node/test/fixtures"
 )
 
@@ -347,28 +347,13 @@ func checkProvisioned(root string) error {
 	return nil
 }
 
-// fakeIMDS serves userData on addr, speaking the documented protocol
-// (Metadata: true or 400; base64 body).
+// fakeIMDS serves userData on addr and returns the base URL and a hit
+// counter.
 func fakeIMDS(t *testing.T, addr string, userData []byte) (string, *atomic.Int32) {
 	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hits atomic.Int32
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Metadata") != "true" {
-			http.Error(w, `{"error":"Bad request. Required metadata header not specified"}`, http.StatusBadRequest)
-			return
-		}
-		if r.URL.Path != "/metadata/instance/compute/userData" || r.URL.Query().Get("format") != "text" {
-			http.NotFound(w, r)
-			return
-		}
-		hits.Add(1)
-		_, _ = w.Write([]byte(base64.StdEncoding.EncodeToString(userData)))
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String(), &hits
+	return fakeimds.Serve(t, l, userData)
 }

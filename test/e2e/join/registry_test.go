@@ -3,7 +3,6 @@ package join
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"golang.org/x/sys/unix"
 
+	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/fixtures"
 )
 
@@ -46,7 +44,7 @@ func startRegistry(t *testing.T, netns string) *siteRegistry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, err := listenInNetNS(netns, "127.0.0.1:0")
+	inner, err := aclhost.ListenInNetNS(netns, "127.0.0.1:0")
 	if err != nil {
 		outer.Close()
 		t.Fatal(err)
@@ -56,35 +54,6 @@ func startRegistry(t *testing.T, netns string) *siteRegistry {
 	go srv.Serve(inner) //nolint:errcheck
 	t.Cleanup(func() { srv.Close() })
 	return &siteRegistry{Outer: outer.Addr().String(), Inner: inner.Addr().String()}
-}
-
-// listenInNetNS opens a listener inside the network namespace at nsPath.
-// A socket stays in the namespace it was created in, so only the creating
-// thread switches; it is locked and never unlocked, so the runtime
-// retires it instead of reusing a thread in the wrong namespace.
-func listenInNetNS(nsPath, addr string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{nil, fmt.Errorf("open %s: %w", nsPath, err)}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, fmt.Errorf("setns %s: %w", nsPath, err)}
-			return
-		}
-		ln, err := net.Listen("tcp", addr)
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	return r.ln, r.err
 }
 
 // publishBundle rebuilds the fixture bundle with the product's CLI
