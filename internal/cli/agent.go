@@ -13,7 +13,9 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
+	"github.com/Azure/aks-flex-node/internal/failpoint"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -27,6 +29,7 @@ start limit is never reached because a cluster is not yet reachable. An
 invalid config exits 2, which the unit does not restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			failpoint.Hit(upgrade.StepAgentStart)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -41,6 +44,13 @@ invalid config exits 2, which the unit does not restart.`,
 			l, err := c.Layout("/", path)
 			if err != nil {
 				return invalid(err)
+			}
+			// An upgrade in flight to this agent's slot is confirmed now,
+			// before waiting for the cluster: health here means this
+			// binary runs, reads its config and finds its layout. An
+			// error exits 1 and recovery rolls back.
+			if _, err := upgrade.Confirm(l, upgrade.RunningSlot(l), log); err != nil {
+				return err
 			}
 			interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
 			a := &daemon.Agent{Config: c, Layout: l, Log: log, Interval: interval}

@@ -109,6 +109,8 @@ Agent-owned files live under the install prefix declared in the config
 		newStartCommand(),
 		newResetCommand(),
 		newPreflightCommand(),
+		newAgentUpgradeCommand(),
+		newStatusCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
