@@ -31,7 +31,7 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 		_ = os.WriteFile(full, []byte("x"), 0o644)
 	}
 	mk("/etc/sysctl.d/90-aks-flex-node.conf", false)
-	mk("/etc/sysctl.d/other.conf", false) // not ours
+	mk("/etc/sysctl.d/other.conf", false)          // not ours
 	mk("/opt/aks-flex-node/lib/agent-blue", false) // the binary: reset keeps it
 	mk("/opt/aks-flex-node/lib/helper.sh", false)
 	mk("/var/lib/aks-flex-node/install-record", false)
