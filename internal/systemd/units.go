@@ -40,6 +40,9 @@ OnFailure=%s
 [Service]
 Type=simple
 ExecStart=%s agent --config %s
+# The executable is the "current" link; name the journal lines after the
+# product instead.
+SyslogIdentifier=aks-flex-node
 # During an upgrade a failed stop (crash, non-zero exit) starts recovery at
 # once instead of after the restart loop gives up; otherwise it does nothing.
 ExecStopPost=-%s agent-stopped

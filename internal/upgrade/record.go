@@ -120,7 +120,9 @@ func saveInFlight(l layout.Layout, r InFlight) error {
 	return writeKV(statePath(l, InFlightFile), [][2]string{
 		{"from_slot", r.FromSlot}, {"from_version", r.FromVersion},
 		{"to_slot", r.ToSlot}, {"to_version", r.ToVersion},
-		{"deadline", strconv.FormatInt(r.Deadline.Unix(), 10)},
+		// Rounded up: the script compares whole seconds and must never
+		// act before the deadline.
+		{"deadline", strconv.FormatInt(r.Deadline.Add(time.Second-1).Unix(), 10)},
 		{"started", r.Started.UTC().Format(time.RFC3339)},
 	})
 }

@@ -8,8 +8,8 @@ const (
 	StepVerified    = "upgrade-verified"     // candidate staged in the lib dir, checksum verified
 	StepTested      = "upgrade-tested"       // candidate test-run (version --output json)
 	StepSlotWritten = "upgrade-slot-written" // candidate renamed into the inactive slot
-	StepRecorded    = "upgrade-recorded"     // in-flight record written
 	StepTimerArmed  = "upgrade-timer-armed"  // deadline timer started
+	StepRecorded    = "upgrade-recorded"     // in-flight record written
 	StepSwitched    = "upgrade-switched"     // current renamed to the new slot
 	StepRestarted   = "upgrade-restarted"    // agent restarted on the new slot
 )
@@ -28,6 +28,6 @@ const StepConfirm = "confirm"
 
 // UpgradeSteps and AgentSteps list the crash steps in order.
 var (
-	UpgradeSteps = []string{StepVerified, StepTested, StepSlotWritten, StepRecorded, StepTimerArmed, StepSwitched, StepRestarted}
+	UpgradeSteps = []string{StepVerified, StepTested, StepSlotWritten, StepTimerArmed, StepRecorded, StepSwitched, StepRestarted}
 	AgentSteps   = []string{StepAgentStart, StepConfirmChecked, StepConfirmLastGood, StepConfirmResult}
 )

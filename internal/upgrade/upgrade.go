@@ -168,8 +168,16 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	}
 	failpoint.Hit(StepSlotWritten)
 
-	// 3. Record the upgrade before anything names the new slot, so every
-	// later crash is seen by recovery.
+	// 3. Arm the deadline timer, then record the upgrade, both before
+	// anything names the new slot, so every later crash is seen by
+	// recovery. The timer first: its first check runs two seconds after
+	// it starts, long after the record is written, and a record never
+	// exists without a timer to resolve it (a check that finds no record
+	// stops the timer again).
+	if err := o.Manager.Start(ctx, layout.RecoveryTimer); err != nil {
+		return nil, fmt.Errorf("arm the upgrade deadline: %w", err)
+	}
+	failpoint.Hit(StepTimerArmed)
 	if _, err := fsutil.RemoveIfExists(statePath(l, FailedFile)); err != nil {
 		return nil, err
 	}
@@ -179,10 +187,6 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 		return nil, err
 	}
 	failpoint.Hit(StepRecorded)
-	if err := o.Manager.Start(ctx, layout.RecoveryTimer); err != nil {
-		return nil, fmt.Errorf("arm the upgrade deadline: %w", err)
-	}
-	failpoint.Hit(StepTimerArmed)
 
 	// 4. Switch and restart.
 	if _, err := pointLink(l, l.UpgradeSlots.Current, plan.ToSlot); err != nil {
