@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-upgrade deps clean
 
 all: build
 
@@ -35,6 +35,7 @@ lint:
 	$(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 	shellcheck $(SCRIPTS)
+	$(GO) test -count=1 -run '^TestRenderedScriptShellcheck$$' ./internal/upgrade/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidatePrefix -fuzztime 30s ./internal/layout/
@@ -54,6 +55,11 @@ demo: deps
 bench-join: deps
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
+
+# Upgrade figures: good-upgrade and rollback latency, median of 5 runs each,
+# under systemd in the ACL-like host.
+bench-upgrade: deps
+	AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 20m -v -run '^TestUpgradeLatencyBench$$' ./test/integration/ | grep -E 'BENCH|FAIL|^ok'
 
 clean:
 	rm -rf bin

@@ -409,7 +409,7 @@ func TestUpgradePowerCutAtEveryStep(t *testing.T) {
 			cand := u.otherFP(t)
 			args := append([]string{"env"}, env...)
 			args = append(args, u.bin, "agent-upgrade", "--config", u.cfg, "--binary", "/root/dist/"+cand,
-				"--sha256", fileSHA256(t, buildPath(cand)), "--deadline", "30s", "--allow-downgrade")
+				"--sha256", fileSHA256(t, buildPath(cand)), "--deadline", "12s", "--allow-downgrade")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			cmd := u.Command(ctx, args...)
