@@ -59,7 +59,7 @@ bench-join: deps
 # Upgrade figures: good-upgrade and rollback latency, median of 5 runs each,
 # under systemd in the ACL-like host.
 bench-upgrade: deps
-	AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 20m -v -run '^TestUpgradeLatencyBench$$' ./test/integration/ | grep -E 'BENCH|FAIL|^ok'
+	set -o pipefail; AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 20m -v -run '^TestUpgradeLatencyBench$$' ./test/integration/ | grep -E 'BENCH|FAIL|^ok'
 
 clean:
 	rm -rf bin

@@ -174,6 +174,7 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	// it starts, long after the record is written, and a record never
 	// exists without a timer to resolve it (a check that finds no record
 	// stops the timer again).
+	_ = o.Manager.ResetFailed(ctx, layout.RecoveryTimer)
 	if err := o.Manager.Start(ctx, layout.RecoveryTimer); err != nil {
 		return nil, fmt.Errorf("arm the upgrade deadline: %w", err)
 	}
@@ -194,6 +195,10 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	}
 	failpoint.Hit(StepSwitched)
 	o.Log.Info("switched", "current", plan.ToSlot, "from", plan.FromVersion, "to", plan.ToVersion, "deadline", rec.Deadline.UTC().Format(time.RFC3339))
+	// The unit's start limit is there to stop crash loops; a deliberate
+	// upgrade must not be refused because earlier upgrades (or their
+	// rollbacks) restarted the agent, so reset the counter first.
+	_ = o.Manager.ResetFailed(ctx, layout.AgentUnitName)
 	if err := o.Manager.Restart(ctx, layout.AgentUnitName); err != nil {
 		return nil, fmt.Errorf("restart the agent on %s (recovery rolls back at the deadline): %w", plan.ToSlot, err)
 	}

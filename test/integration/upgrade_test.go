@@ -464,14 +464,14 @@ func TestUpgradeLatencyBench(t *testing.T) {
 		u.converge(t)
 	}
 	for i := 0; i < 5; i++ {
-		since := time.Now().Add(-time.Second).Unix()
+		cursor := u.journalCursor(t)
 		out, errOut, code, _ := u.upgradeTo(t, nil, "v3exit", "--deadline", "60s")
-		if code != 1 {
+		if code != 1 || !strings.Contains(out, "rolled-back") {
 			u.dumpUpgrade(t)
 			t.Fatalf("bad upgrade %d: exit %d\n%s\n%s", i, code, out, errOut)
 		}
 		u.converge(t)
-		rollbacks = append(rollbacks, u.rollbackLatency(t, since))
+		rollbacks = append(rollbacks, u.rollbackLatency(t, cursor))
 	}
 	t.Logf("BENCH upgrade latency (agent-upgrade start to confirmed): median %v, runs %v", median(ups), ups)
 	t.Logf("BENCH rollback latency (bad agent's failed start to last-good agent started): median %v, runs %v (target < 15s)", median(rollbacks), rollbacks)
@@ -480,12 +480,25 @@ func TestUpgradeLatencyBench(t *testing.T) {
 	}
 }
 
-// rollbackLatency reads the agent unit's journal since a time: from the
+// journalCursor is the cursor of the host journal's newest entry.
+func (u *upHost) journalCursor(t *testing.T) string {
+	t.Helper()
+	var e struct {
+		Cursor string `json:"__CURSOR"`
+	}
+	out := u.RunOK(t, "journalctl", "--no-pager", "-o", "json", "-n", "1")
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil || e.Cursor == "" {
+		t.Fatalf("journal cursor: %v\n%s", err, out)
+	}
+	return e.Cursor
+}
+
+// rollbackLatency reads the agent unit's journal after a cursor: from the
 // bad agent's failpoint line (printed as it exits 1) to the next "agent
 // started" line (the last-good agent up again).
-func (u *upHost) rollbackLatency(t *testing.T, since int64) time.Duration {
+func (u *upHost) rollbackLatency(t *testing.T, cursor string) time.Duration {
 	t.Helper()
-	out := u.RunOK(t, "journalctl", "--no-pager", "-o", "json", "-u", agentUnit, "--since", "@"+strconv.FormatInt(since, 10))
+	out := u.RunOK(t, "journalctl", "--no-pager", "-o", "json", "-u", agentUnit, "--after-cursor", cursor)
 	var failed, started int64
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
