@@ -42,6 +42,9 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			if o.SHA256 == "" {
+				return invalidf("--sha256 is required: the expected SHA-256 of the candidate (sha256sum prints it)")
+			}
 			log := logger(cmd.ErrOrStderr(), 0)
 			l, err := config.LookupLayout("/", path, log)
 			if err != nil {
@@ -78,7 +81,6 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 	f.BoolVar(&o.AllowDowngrade, "allow-downgrade", false, "install a candidate that is not newer than the current agent")
 	f.DurationVar(&o.Deadline, "deadline", upgrade.DefaultDeadline, "how long the new agent has to confirm itself healthy before recovery rolls back")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
-	_ = cmd.MarkFlagRequired("sha256")
 	return cmd
 }
 
