@@ -65,6 +65,11 @@ func Confirm(l layout.Layout, slot string, log *slog.Logger) (bool, error) {
 	if buildinfo.Version != r.ToVersion {
 		return false, fmt.Errorf("confirm upgrade: this agent is %s, the upgrade record expects %s", buildinfo.Version, r.ToVersion)
 	}
+	// Past the deadline recovery may be rolling back right now; confirming
+	// too would race it. Failing hands the decision to recovery.
+	if time.Now().After(r.Deadline) {
+		return false, fmt.Errorf("confirm upgrade: too late: the deadline %s has passed; recovery rolls back", r.Deadline.UTC().Format(time.RFC3339))
+	}
 	failpoint.Hit(StepConfirmChecked)
 	if _, err := pointLink(l, l.UpgradeSlots.LastGood, slot); err != nil {
 		return false, fmt.Errorf("confirm upgrade: %w", err)

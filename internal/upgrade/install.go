@@ -26,7 +26,9 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	if err != nil {
 		return false, fmt.Errorf("install-service: %w", err)
 	}
-	log.Info("slots", "task", "seed-upgrade-slots", "current", seed.Slot, "adopted", seed.Adopted, "changed", seed.Changed)
+	if seed.Changed {
+		log.Info("slots", "task", "seed-upgrade-slots", "current", seed.Slot, "adopted", seed.Adopted, "changed", true)
+	}
 	script, err := RenderRecoveryScript(l)
 	if err != nil {
 		return false, fmt.Errorf("install-service: %w", err)
@@ -50,7 +52,7 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 		if err != nil {
 			return changed, fmt.Errorf("install-service: %w", err)
 		}
-		log.Info("file", "task", "write-recovery", "path", f.path, "changed", c)
+		log.Debug("file", "task", "write-recovery", "path", f.path, "changed", c)
 		changed = changed || c
 		unitsChanged = unitsChanged || (c && f.unit)
 	}
@@ -111,7 +113,7 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 		if err != nil {
 			return changed, fmt.Errorf("uninstall-service: remove %s: %w", p, err)
 		}
-		log.Info("unit", "task", "remove-recovery-unit", "path", p, "changed", r)
+		log.Debug("unit", "task", "remove-recovery-unit", "path", p, "changed", r)
 		removed = removed || r
 	}
 	// The upgrade records go with the units that act on them.

@@ -328,6 +328,19 @@ func TestUpgradeACLWithPrefix(t *testing.T) {
 		u.RunOK(t, "systemd-analyze", "verify", unit)
 	}
 	scenarios(t, u)
+
+	// Links a crash or a race left inconsistent, with nothing in flight:
+	// the recovery unit repairs them.
+	u.RunOK(t, "ln", "-sfn", "agent-blue", aclPrefix+"/lib/last-good")
+	u.RunOK(t, "systemctl", "start", "aks-flex-node-recovery.service")
+	if s := u.converge(t); s.LastGood.Slot != "agent-green" {
+		t.Errorf("recovery moved the running agent: %+v", s)
+	}
+	u.RunOK(t, "ln", "-sfn", "agent-nonexistent", aclPrefix+"/lib/current")
+	u.RunOK(t, "systemctl", "start", "aks-flex-node-recovery.service")
+	if s := u.converge(t); s.Current.Slot != "agent-green" {
+		t.Errorf("recovery did not repair a broken current: %+v", s)
+	}
 	assertNothingUnderUsr(t, u.Host)
 }
 
