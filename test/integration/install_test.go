@@ -213,7 +213,9 @@ func TestDebianClassicInstall(t *testing.T) {
 	}
 	// install.sh again on a seeded host: the new file replaces the link
 	// (never writing through it into a slot) and install-service adopts it.
-	h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node")
+	if out := h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node"); !strings.Contains(out, "was a link to the current upgrade slot") {
+		t.Errorf("install.sh on a seeded host does not say what happens next:\n%s", out)
+	}
 	if out := h.RunOK(t, "/usr/local/bin/aks-flex-node", "install-service"); !strings.Contains(out, "changed=true") {
 		t.Errorf("install-service after a re-install: %s", out)
 	}
