@@ -23,6 +23,7 @@ deps:
 # The test command: unit tests, then the real-systemd and real-cluster tests.
 test: deps build
 	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags failpoints ./internal/failpoint/
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 45m ./...
 
