@@ -41,14 +41,14 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	unitsChanged := false
 	for _, f := range []struct {
 		path, text string
-		mode       uint32
+		mode       fs.FileMode
 		unit       bool
 	}{
 		{l.RecoveryScript, script, 0o755, false},
 		{l.Units.Recovery, unit, 0o644, true},
 		{timerPath(l), RecoveryTimer(), 0o644, true},
 	} {
-		c, err := fsutil.WriteFile(l.OnRoot(f.path), []byte(f.text), fsMode(f.mode))
+		c, err := fsutil.WriteFile(l.OnRoot(f.path), []byte(f.text), f.mode)
 		if err != nil {
 			return changed, fmt.Errorf("install-service: %w", err)
 		}
@@ -133,5 +133,3 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 	}
 	return changed, nil
 }
-
-func fsMode(m uint32) fs.FileMode { return fs.FileMode(m) }

@@ -80,6 +80,13 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if !o.Preflight && !o.Manager.Live() {
 		return nil, errors.New("agent-upgrade restarts the agent service and needs the running systemd of this host (not --root)")
 	}
+	if !o.Preflight {
+		for _, u := range append([]string{l.Units.Agent}, UnitPaths(l)...) {
+			if _, err := os.Stat(l.OnRoot(u)); err != nil {
+				return nil, fmt.Errorf("the agent service is not installed (%w); run aks-flex-node install-service --config %s first", err, l.ConfigFile)
+			}
+		}
+	}
 	unlock, err := lock(l)
 	if err != nil {
 		return nil, err
