@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-artifacts deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-artifacts bench-upgrade deps clean
 
 all: build
 
@@ -23,6 +23,7 @@ deps:
 # The test command: unit tests, then the real-systemd and real-cluster tests.
 test: deps build
 	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags failpoints ./internal/failpoint/
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 45m ./...
 
@@ -35,6 +36,7 @@ lint:
 	$(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 	shellcheck $(SCRIPTS)
+	$(GO) test -count=1 -run '^TestRenderedScriptShellcheck$$' ./internal/upgrade/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidatePrefix -fuzztime 30s ./internal/layout/
@@ -60,6 +62,11 @@ bench-join: deps
 # (AKS_FLEX_NODE_BENCH_MB sets the bundle size, default 400).
 bench-artifacts:
 	$(GO) test -run '^$$' -bench '^BenchmarkBundle$$' -benchtime 3x ./internal/artifact/
+
+# Upgrade figures: good-upgrade and rollback latency, median of 5 runs each,
+# under systemd in the ACL-like host.
+bench-upgrade: deps
+	set -o pipefail; AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 20m -v -run '^TestUpgradeLatencyBench$$' ./test/integration/ | grep -E 'BENCH|FAIL|^ok'
 
 clean:
 	rm -rf bin

@@ -177,6 +177,12 @@ make_dirs "$target"
 make_dirs "$STATE_DIR"
 
 dest="$target/$NAME"
+# On a host where install-service seeded the upgrade slots, $dest is a
+# symlink to the current slot; the rename below replaces the link itself,
+# never the slot behind it, and install-service (or start) then adopts the
+# new file as current and last-good.
+seeded=false
+if [ -L "$dest" ]; then seeded=true; fi
 tmp="$target/.$NAME.tmp.$$"
 cp "$staged" "$tmp"
 chmod 0755 "$tmp"
@@ -207,6 +213,9 @@ if $azure_cli; then
 fi
 
 note "installed $dest"
+if $seeded; then
+	note "$dest was a link to the current upgrade slot; run '$dest install-service' (or start) to make the new binary current"
+fi
 case ":$PATH:" in
 *":$target:"*) ;;
 *) note "warning: $target is not on PATH; run $dest" ;;

@@ -9,7 +9,7 @@ readonly NAME=aks-flex-node
 readonly STATE_DIR=/var/lib/aks-flex-node
 readonly RECORD="$STATE_DIR/install-record"
 readonly DEFAULT_CONFIG=/etc/aks-flex-node/config.json
-readonly UNITS=(aks-flex-node-agent.service aks-flex-node-recovery.service)
+readonly UNITS=(aks-flex-node-agent.service aks-flex-node-recovery.timer aks-flex-node-recovery.service)
 
 usage() {
 	cat <<EOF
@@ -87,6 +87,28 @@ if [ -n "$bin" ] && [ ! -x "$bin" ]; then
 	bin=""
 fi
 
+# The upgrade slots, their links and the recovery script live in the
+# layout's lib dir; ask the binary where, before anything is removed (the
+# binary on PATH is a link into those slots).
+slot_paths=()
+lib_dir=""
+if [ -n "$bin" ]; then
+	layout_args=()
+	if [ -f "$config" ]; then layout_args=(--config "$config"); fi
+	if lib_dir=$("$bin" layout "${layout_args[@]}" --get libDir); then
+		for key in upgradeSlots.current upgradeSlots.lastGood upgradeSlots.blue upgradeSlots.green recoveryScript; do
+			if p=$("$bin" layout "${layout_args[@]}" --get "$key"); then
+				slot_paths+=("$p")
+			else
+				fail "could not ask $bin for $key"
+			fi
+		done
+	else
+		lib_dir=""
+		fail "could not ask $bin for the layout's lib dir"
+	fi
+fi
+
 # Stop the agent first so nothing restarts what we remove.
 if [ -n "$bin" ] && "$bin" reset --help >/dev/null 2>&1; then
 	"$bin" reset --config "$config" || fail "$bin reset failed"
@@ -109,6 +131,24 @@ for p in "${files[@]}"; do
 		if rm -f "$p"; then removed+=("$p"); else fail "could not remove $p"; fi
 	fi
 done
+for p in "${slot_paths[@]+"${slot_paths[@]}"}"; do
+	if [ -e "$p" ] || [ -L "$p" ]; then
+		if rm -f "$p"; then removed+=("$p"); else fail "could not remove $p"; fi
+	fi
+done
+# Temp files a killed upgrade may have left next to the slots.
+if [ -n "$lib_dir" ] && [ -d "$lib_dir" ]; then
+	for p in "$lib_dir"/.candidate-* "$lib_dir"/.*.tmp-*; do
+		if [ -e "$p" ] || [ -L "$p" ]; then
+			if rm -f "$p"; then removed+=("$p"); else fail "could not remove $p"; fi
+		fi
+	done
+	if [ -z "$(ls -A "$lib_dir")" ]; then
+		if rmdir "$lib_dir"; then removed+=("$lib_dir/"); else fail "could not remove $lib_dir"; fi
+	else
+		echo "uninstall.sh: keeping $lib_dir: it holds files aks-flex-node did not create"
+	fi
+fi
 if [ -f "$RECORD" ]; then
 	if rm -f "$RECORD"; then removed+=("$RECORD"); else fail "could not remove $RECORD"; fi
 fi

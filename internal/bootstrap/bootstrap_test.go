@@ -31,8 +31,9 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 		_ = os.WriteFile(full, []byte("x"), 0o644)
 	}
 	mk("/etc/sysctl.d/90-aks-flex-node.conf", false)
-	mk("/etc/sysctl.d/other.conf", false) // not ours
-	mk("/opt/aks-flex-node/lib/agent-blue", false)
+	mk("/etc/sysctl.d/other.conf", false)          // not ours
+	mk("/opt/aks-flex-node/lib/agent-blue", false) // the binary: reset keeps it
+	mk("/opt/aks-flex-node/lib/helper.sh", false)
 	mk("/var/lib/aks-flex-node/install-record", false)
 	mk("/var/log/aks-flex-node/agent.log", false)
 	if err := p.track("/etc/sysctl.d/90-aks-flex-node.conf", "/etc/sysctl.d", "/opt/aks-flex-node/lib", "/var/log/aks-flex-node", "/var/lib/aks-flex-node"); err != nil {
@@ -42,12 +43,12 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 	if err != nil || !res.Changed {
 		t.Fatalf("removeTracked: %v %v", res, err)
 	}
-	for _, gone := range []string{"/etc/sysctl.d/90-aks-flex-node.conf", "/opt/aks-flex-node/lib", "/var/log/aks-flex-node", "/var/lib/aks-flex-node/" + state.TrackerFile} {
+	for _, gone := range []string{"/etc/sysctl.d/90-aks-flex-node.conf", "/opt/aks-flex-node/lib/helper.sh", "/var/log/aks-flex-node", "/var/lib/aks-flex-node/" + state.TrackerFile} {
 		if _, err := os.Lstat(l.OnRoot(gone)); !os.IsNotExist(err) {
 			t.Errorf("%s not removed (%v)", gone, err)
 		}
 	}
-	for _, kept := range []string{"/etc/sysctl.d/other.conf", "/var/lib/aks-flex-node/install-record"} {
+	for _, kept := range []string{"/etc/sysctl.d/other.conf", "/var/lib/aks-flex-node/install-record", "/opt/aks-flex-node/lib/agent-blue"} {
 		if _, err := os.Lstat(l.OnRoot(kept)); err != nil {
 			t.Errorf("%s removed: %v", kept, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func (p *Pipeline) inMachine(ctx context.Context, args ...string) ([]byte, error) {
@@ -205,10 +206,12 @@ func (p *Pipeline) saveStateTask() task.Task {
 
 func (p *Pipeline) agentServiceTask() task.Task {
 	return task.Func{N: "install-agent-service", F: func(ctx context.Context) (task.Result, error) {
-		if err := p.track(p.Layout.Units.Agent); err != nil {
+		if err := p.track(append([]string{p.Layout.Units.Agent}, upgrade.UnitPaths(p.Layout)...)...); err != nil {
 			return task.Result{}, err
 		}
-		changed, err := systemd.InstallAgentService(ctx, p.Layout, systemd.NewManager(p.Layout.Root), p.Log)
+		// The same code as install-service: on a host whose binary was
+		// placed at agentBinary (Ignition), this seeds the upgrade slots.
+		changed, err := upgrade.InstallService(ctx, p.Layout, systemd.NewManager(p.Layout.Root), p.Log)
 		return task.Result{Changed: changed}, err
 	}}
 }

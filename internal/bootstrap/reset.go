@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 // keepInStateDir survives reset: it belongs to install.sh, and
@@ -29,7 +30,7 @@ func (p *Pipeline) Reset(ctx context.Context) (bool, error) {
 	mgr := systemd.NewManager(p.Layout.Root)
 	tasks := []task.Task{
 		task.Func{N: "remove-agent-service", F: func(ctx context.Context) (task.Result, error) {
-			changed, err := systemd.UninstallAgentService(ctx, p.Layout, mgr, p.Log)
+			changed, err := upgrade.UninstallService(ctx, p.Layout, mgr, p.Log)
 			return task.Result{Changed: changed}, err
 		}},
 	}
@@ -72,7 +73,7 @@ func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
 	changed := false
 	var errs []error
 	// Owned wholesale: everything inside is ours.
-	owned := map[string]bool{p.Layout.LogDir: true, p.Layout.LibDir: true, bundlesDir: true, layout.StateDir + "/machines": true}
+	owned := map[string]bool{p.Layout.LogDir: true, bundlesDir: true, layout.StateDir + "/machines": true}
 	for _, hp := range dedupeDeepestFirst(paths) {
 		full := p.Layout.OnRoot(hp)
 		fi, err := os.Lstat(full)
@@ -90,6 +91,10 @@ func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
 			err = os.RemoveAll(full)
 		case hp == p.Layout.StateDir:
 			err = removeDirExcept(full, keepInStateDir)
+		case hp == p.Layout.LibDir:
+			// The upgrade slots, their links and the recovery script are
+			// the agent binary, which reset keeps.
+			err = removeDirExcept(full, upgrade.Kept(p.Layout))
 		default:
 			err = os.Remove(full) // only when empty: anything else is not ours
 			if err != nil && isNotEmpty(err) {

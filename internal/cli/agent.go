@@ -14,8 +14,10 @@ import (
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
+	"github.com/Azure/aks-flex-node/internal/failpoint"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -33,6 +35,7 @@ agent.machineReconcileInterval it starts the machine if it is stopped (after
 a reboot nothing else does), without waiting for the API server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			failpoint.Hit(upgrade.StepAgentStart)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -47,6 +50,13 @@ a reboot nothing else does), without waiting for the API server.`,
 			l, err := c.Layout("/", path)
 			if err != nil {
 				return invalid(err)
+			}
+			// An upgrade in flight to this agent's slot is confirmed now,
+			// before waiting for the cluster: health here means this
+			// binary runs, reads its config and finds its layout. An
+			// error exits 1 and recovery rolls back.
+			if _, err := upgrade.Confirm(l, upgrade.RunningSlot(l), log); err != nil {
+				return err
 			}
 			interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
 			a := &daemon.Agent{Config: c, Layout: l, Log: log, Interval: interval}

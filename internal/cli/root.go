@@ -111,6 +111,8 @@ Agent-owned files live under the install prefix declared in the config
 		newPreflightCommand(),
 		newIgnitionCommand(),
 		newArtifactsCommand(),
+		newAgentUpgradeCommand(),
+		newStatusCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

@@ -8,6 +8,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/systemd"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newInstallServiceCommand() *cobra.Command {
@@ -15,9 +16,15 @@ func newInstallServiceCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "install-service",
 		Short: "Write, enable and start aks-flex-node-agent.service for the config's layout",
-		Long: `Render aks-flex-node-agent.service into /etc/systemd/system with
-ExecStart=<layout agentBinary> agent --config <config>, reload systemd, enable
-and start it. Re-running on an installed host changes nothing.
+		Long: `On first install, seed the upgrade slots from the binary at the layout's
+agentBinary (agent-blue, and the 'current' and 'last-good' links in the lib
+dir) and make agentBinary a link to 'current'; a new regular file placed at
+agentBinary on a seeded host (install.sh again) is adopted as current and
+last-good. Write the recovery script, aks-flex-node-recovery.service and
+aks-flex-node-recovery.timer (enabled: it checks for an interrupted upgrade at
+boot), then render aks-flex-node-agent.service into /etc/systemd/system with
+ExecStart=<libDir>/current agent --config <config>, reload systemd, enable and
+start it. Re-running on an installed host changes nothing.
 
 --config is a host path; with --root it is read under that root, and the unit
 is written and enabled in that tree only (image baking).`,
@@ -35,11 +42,11 @@ is written and enabled in that tree only (image baking).`,
 				return invalid(err)
 			}
 			log := logger(cmd.ErrOrStderr(), levelOf(c))
-			changed, err := systemd.InstallAgentService(cmd.Context(), l, systemd.NewManager(root), log)
+			changed, err := upgrade.InstallService(cmd.Context(), l, systemd.NewManager(root), log)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s installed (changed=%t): ExecStart=%s agent --config %s\n", layout.AgentUnitName, changed, l.AgentBinary, path)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s installed (changed=%t): ExecStart=%s agent --config %s\n", layout.AgentUnitName, changed, l.UpgradeSlots.Current, path)
 			return nil
 		},
 	}
@@ -52,7 +59,7 @@ func newUninstallServiceCommand() *cobra.Command {
 	var path, root string
 	cmd := &cobra.Command{
 		Use:   "uninstall-service",
-		Short: "Stop, disable and remove aks-flex-node-agent.service",
+		Short: "Stop, disable and remove aks-flex-node-agent.service and the recovery unit and timer (the binary and its slots stay)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -62,7 +69,7 @@ func newUninstallServiceCommand() *cobra.Command {
 			if err != nil {
 				return invalid(err)
 			}
-			removed, err := systemd.UninstallAgentService(cmd.Context(), l, systemd.NewManager(root), log)
+			removed, err := upgrade.UninstallService(cmd.Context(), l, systemd.NewManager(root), log)
 			if err != nil {
 				return err
 			}

@@ -83,9 +83,10 @@ func newResetCommand() *cobra.Command {
 		Aliases: []string{"unbootstrap"},
 		Short:   "Undo start: stop and remove the machine, agent units, state and logs (keeps the binary)",
 		Long: `Stop kubelet, containerd and the machine; remove the machine and its nspawn
-files, the agent units, the applied state, the logs and the layout's lib dir
-content; everything start created is tracked, so exactly that is removed. The
-agent binary stays (uninstall.sh removes it). Safe to run twice and after a
+files, the agent units (and the recovery unit and timer), the applied state,
+the logs and the layout's lib dir content; everything start created is
+tracked, so exactly that is removed. The agent binary stays, with its upgrade
+slots, links and recovery script (uninstall.sh removes them). Safe to run twice and after a
 half-finished start. The layout comes from --config; an absent config selects
 the default layout.`,
 		Args: cobra.NoArgs,

@@ -19,6 +19,7 @@ const (
 	BinaryName      = "aks-flex-node"
 	AgentUnitName   = "aks-flex-node-agent.service"
 	RecoveryUnit    = "aks-flex-node-recovery.service"
+	RecoveryTimer   = "aks-flex-node-recovery.timer"
 	RecoveryScript  = "aks-flex-node-recovery.sh"
 	SlotBlueName    = "agent-blue"
 	SlotGreenName   = "agent-green"

@@ -9,7 +9,9 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
-// AgentUnit renders aks-flex-node-agent.service for a layout. The paths are
+// AgentUnit renders aks-flex-node-agent.service for a layout. It runs the
+// `current` upgrade link, so an upgrade is one rename plus a restart, and
+// hands failures to the recovery unit (see internal/upgrade). The paths are
 // interpolated unquoted; that is safe only because layout.ValidatePrefix and
 // layout.ValidateUnitPath admit no byte systemd treats specially, which is
 // why both are checked here again rather than trusted.
@@ -31,10 +33,19 @@ Wants=network-online.target
 # (or the recovery unit) has to look, and hammering the host helps nobody.
 StartLimitIntervalSec=600
 StartLimitBurst=5
+# A unit that gives up is handed to recovery, which puts current back on
+# last-good when an upgrade is in flight.
+OnFailure=%s
 
 [Service]
 Type=simple
 ExecStart=%s agent --config %s
+# The executable is the "current" link; name the journal lines after the
+# product instead.
+SyslogIdentifier=aks-flex-node
+# During an upgrade a failed stop (crash, non-zero exit) starts recovery at
+# once instead of after the restart loop gives up; otherwise it does nothing.
+ExecStopPost=-%s agent-stopped
 Restart=on-failure
 RestartSec=5s
 # Exit code 2 is invalid input (a bad config): restarting cannot fix it.
@@ -43,6 +54,6 @@ TimeoutStopSec=30s
 
 [Install]
 WantedBy=multi-user.target
-`, l.AgentBinary, l.ConfigFile)
+`, layout.RecoveryUnit, l.UpgradeSlots.Current, l.ConfigFile, l.RecoveryScript)
 	return b.String(), nil
 }

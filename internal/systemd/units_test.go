@@ -28,7 +28,9 @@ func TestAgentUnitNamesTheLayout(t *testing.T) {
 		got[o.Section+"."+o.Name] = o.Value
 	}
 	want := map[string]string{
-		"Service.ExecStart":                "/opt/aks-flex-node/bin/aks-flex-node agent --config /etc/aks-flex-node/config.json",
+		"Service.ExecStart":                "/opt/aks-flex-node/lib/current agent --config /etc/aks-flex-node/config.json",
+		"Service.ExecStopPost":             "-/opt/aks-flex-node/lib/aks-flex-node-recovery.sh agent-stopped",
+		"Unit.OnFailure":                   "aks-flex-node-recovery.service",
 		"Service.Restart":                  "on-failure",
 		"Service.RestartPreventExitStatus": "2",
 		"Unit.StartLimitBurst":             "5",

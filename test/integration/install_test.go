@@ -106,8 +106,16 @@ func TestACLInstallWithPrefix(t *testing.T) {
 	waitActive(t, h, "aks-flex-node-agent.service")
 	t.Logf("install-service to active: %v", time.Since(start).Round(time.Millisecond))
 	exec := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service")
-	if !strings.Contains(exec, "path=/opt/aks-flex-node/bin/aks-flex-node") {
-		t.Errorf("ExecStart does not name the prefix: %s", exec)
+	if !strings.Contains(exec, "path=/opt/aks-flex-node/lib/current") {
+		t.Errorf("ExecStart does not name the prefix's current slot: %s", exec)
+	}
+	// install-service seeded the slots and made the binary on PATH a link
+	// to the current slot.
+	if l := h.RunOK(t, "readlink", "/opt/aks-flex-node/bin/aks-flex-node"); strings.TrimSpace(l) != "/opt/aks-flex-node/lib/current" {
+		t.Errorf("agent binary is not a link to the current slot: %q", l)
+	}
+	for _, unit := range []string{"aks-flex-node-recovery.service", "aks-flex-node-recovery.timer"} {
+		h.RunOK(t, "systemd-analyze", "verify", "/etc/systemd/system/"+unit)
 	}
 	h.RunOK(t, "systemd-analyze", "verify", "/etc/systemd/system/aks-flex-node-agent.service")
 
@@ -200,9 +208,21 @@ func TestDebianClassicInstall(t *testing.T) {
 	h.RunOK(t, "/usr/local/bin/aks-flex-node", "install-service")
 	waitActive(t, h, "aks-flex-node-agent.service")
 	exec := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service")
-	if !strings.Contains(exec, "path=/usr/local/bin/aks-flex-node") {
+	if !strings.Contains(exec, "path=/usr/local/lib/aks-flex-node/current") {
 		t.Errorf("ExecStart: %s", exec)
 	}
+	// install.sh again on a seeded host: the new file replaces the link
+	// (never writing through it into a slot) and install-service adopts it.
+	if out := h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node"); !strings.Contains(out, "was a link to the current upgrade slot") {
+		t.Errorf("install.sh on a seeded host does not say what happens next:\n%s", out)
+	}
+	if out := h.RunOK(t, "/usr/local/bin/aks-flex-node", "install-service"); !strings.Contains(out, "changed=true") {
+		t.Errorf("install-service after a re-install: %s", out)
+	}
+	if l := h.RunOK(t, "readlink", "/usr/local/bin/aks-flex-node"); strings.TrimSpace(l) != "/usr/local/lib/aks-flex-node/current" {
+		t.Errorf("agent binary link not restored: %q", l)
+	}
+	waitActive(t, h, "aks-flex-node-agent.service")
 	h.RunOK(t, "/root/dist/uninstall.sh")
 	if d := aclhost.Diff(before, snapshot(t, h)); len(d) > 0 {
 		t.Errorf("uninstall left the tree changed:\n%s", strings.Join(d, "\n"))

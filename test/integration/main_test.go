@@ -15,8 +15,9 @@ import (
 	"testing"
 )
 
-// agentBinary is built once per test run, stamped like a release build.
-var agentBinary string
+// agentBinary is built once per test run, stamped like a release build;
+// distDir holds it and any other build the tests make.
+var agentBinary, distDir string
 
 func TestMain(m *testing.M) {
 	code := func() int {
@@ -29,6 +30,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
+		distDir = dir
 		agentBinary = filepath.Join(dir, "aks-flex-node")
 		if err := buildAgent(agentBinary, "v1.0.0-test"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -45,9 +47,18 @@ func repoRoot() string {
 }
 
 func buildAgent(out, version string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out,
-		"-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version="+version,
-		"./cmd/aks-flex-node")
+	return buildAgentWith(out, version, "", "")
+}
+
+// buildAgentWith builds the agent with build tags and extra -ldflags (the
+// failpoints test builds).
+func buildAgentWith(out, version, tags, ldflags string) error {
+	args := []string{"build", "-trimpath", "-o", out,
+		"-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version=" + version + " " + ldflags}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/aks-flex-node")...)
 	cmd.Dir = repoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -48,6 +48,7 @@ type scenario struct {
 	variant  aclhost.Variant
 	prefix   string
 	agent    string // where install.sh puts the binary for this layout
+	current  string // the upgrade link the agent unit runs
 	nodeName string
 	// oci: the bundle comes from the site registry (oci://), else from a
 	// directory on the host.
@@ -55,8 +56,8 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", nodeName: "acl-node-1", oci: true},
-	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", nodeName: "debian-node-1"},
+	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", current: "/opt/aks-flex-node/lib/current", nodeName: "acl-node-1", oci: true},
+	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", current: "/usr/local/lib/aks-flex-node/current", nodeName: "debian-node-1"},
 }
 
 // env is what every scenario shares: one control plane, the fixtures and
@@ -222,7 +223,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 			}
 		}
 	}
-	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+sc.agent) {
+	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+sc.current) {
 		t.Errorf("agent ExecStart: %s", exe)
 	}
 

@@ -1,54 +1,13 @@
 package aclhost
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"runtime"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// PowerCycle turns the host off the hard way and boots it again on the same
-// root: its init is killed (as Stop does: everything in the host dies at
-// once, like a VM reset), systemd-nspawn exits, and a new systemd-nspawn
-// boots the same overlay, so everything the host wrote is there on the next
-// boot. It returns once the new boot is running or degraded. Not safe to call
-// concurrently with other methods.
-func (h *Host) PowerCycle(ctx context.Context) error {
-	select {
-	case <-h.stopped:
-		return fmt.Errorf("aclhost: power cycle %s: host is stopped", h.name)
-	default:
-	}
-	if h.leader != 0 {
-		if err := syscall.Kill(h.leader, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("aclhost: power cycle %s: kill init %d: %w", h.name, h.leader, err)
-		}
-	}
-	select {
-	case <-h.exited:
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("aclhost: power cycle %s: systemd-nspawn did not exit 30s after its init was killed", h.name)
-	}
-	h.cgroups.kill()
-	if err := h.cgroups.remove(); err != nil {
-		return fmt.Errorf("aclhost: power cycle %s: %w", h.name, err)
-	}
-	h.leader = 0
-	h.exited = make(chan struct{})
-	h.waitErr = nil
-	start := time.Now()
-	if err := h.boot(ctx, h.opts); err != nil {
-		return fmt.Errorf("aclhost: power cycle %s: boot again: %w", h.name, err)
-	}
-	h.BootTime = time.Since(start)
-	h.logf("test host %s booted again after %s (leader pid %d)", h.name, h.BootTime.Round(time.Millisecond), h.leader)
-	return nil
-}
 
 // ListenTCP opens a TCP listener inside the host's network namespace (addr
 // as net.Listen takes it, e.g. "127.0.0.1:0"), served by the test process:
