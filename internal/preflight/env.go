@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -80,7 +81,8 @@ func (e *Env) setDefaults() {
 	}
 	if e.RunExecutable == nil {
 		e.RunExecutable = func(ctx context.Context, path string) error {
-			return exec.CommandContext(ctx, path).Run()
+			// The probe was just written; see fsutil.RunFresh.
+			return fsutil.RunFresh(ctx, func() *exec.Cmd { return exec.CommandContext(ctx, path) })
 		}
 	}
 }

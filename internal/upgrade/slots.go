@@ -98,9 +98,15 @@ func TestRun(ctx context.Context, bin string) (buildinfo.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "version", "--output", "json")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	// The candidate was just written; see fsutil.RunFresh.
+	err := fsutil.RunFresh(ctx, func() *exec.Cmd {
+		stdout.Reset()
+		stderr.Reset()
+		cmd := exec.CommandContext(ctx, bin, "version", "--output", "json")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return cmd
+	})
+	if err != nil {
 		return buildinfo.Info{}, fmt.Errorf("test-run %s version --output json: %w: %s", bin, err, strings.TrimSpace(stderr.String()))
 	}
 	var info buildinfo.Info
