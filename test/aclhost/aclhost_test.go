@@ -512,3 +512,21 @@ func TestRemoveAllSafeUnmountsFirst(t *testing.T) {
 		t.Errorf("%s still there: %v", dir, err)
 	}
 }
+
+func TestUnder(t *testing.T) {
+	for _, tc := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/usr", "/usr", true},
+		{"/usr/local/bin/x", "/usr", true},
+		{"/usr/local/bin/x", "/usr/", true},
+		{"/usrx/y", "/usr", false},
+		{"/opt/aks-flex-node/bin/x", "/usr", false},
+		{"/var/usr/x", "/usr", false},
+	} {
+		if got := under(tc.p, tc.dir); got != tc.want {
+			t.Errorf("under(%q, %q) = %v, want %v", tc.p, tc.dir, got, tc.want)
+		}
+	}
+}

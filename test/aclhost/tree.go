@@ -50,6 +50,29 @@ func (h *Host) Changes() ([]string, error) {
 	return out, nil
 }
 
+// ChangesUnder is Changes limited to dir itself and what is below it: what
+// a test asks when it checks that nothing was written under /usr.
+func (h *Host) ChangesUnder(dir string) ([]string, error) {
+	all, err := h.Changes()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range all {
+		if under(p, dir) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// under reports whether host path p is dir or inside it (/usr/x is under
+// /usr; /usrx is not).
+func under(p, dir string) bool {
+	dir = strings.TrimSuffix(dir, "/")
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
 // ChangeSet is Changes with the kind of each change.
 func (h *Host) ChangeSet() ([]Change, error) {
 	return overlayChanges(h.upper, h.lowers)

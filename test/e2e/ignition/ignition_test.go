@@ -260,14 +260,12 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 	}
 	// Nothing under /usr: the overlay's upper dir records every write to
 	// the host's root since it was mounted, Ignition's included.
-	changes, err := h.Changes()
+	changes, err := h.ChangesUnder("/usr")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range changes {
-		if strings.Contains(c, " /usr/") || strings.HasSuffix(c, " /usr") {
-			t.Errorf("written under /usr: %s", c)
-		}
+		t.Errorf("written under /usr: %s", c)
 	}
 	t.Logf("BENCH ignition-files-stage=%v boot-to-running(joined)=%v boot-to-node-ready=%v", ignitionTime.Round(time.Millisecond), bootToJoined.Round(time.Millisecond), readyAfter.Round(time.Millisecond))
 
