@@ -34,12 +34,15 @@ import (
 const ignitionBinary = "/usr/lib/dracut/modules.d/30ignition/ignition"
 
 const (
-	prefix     = "/opt/aks-flex-node"
-	agentPath  = prefix + "/bin/aks-flex-node"
-	nodeName   = "ign-node-1"
-	unitName   = "aks-flex-node-firstboot.service"
-	marker     = "/var/lib/aks-flex-node/joined"
-	configPath = "/etc/aks-flex-node/config.json"
+	prefix    = "/opt/aks-flex-node"
+	agentPath = prefix + "/bin/aks-flex-node"
+	// currentLink is what the agent unit runs once start has seeded the
+	// blue/green slots from the binary Ignition placed at agentPath.
+	currentLink = prefix + "/lib/current"
+	nodeName    = "ign-node-1"
+	unitName    = "aks-flex-node-firstboot.service"
+	marker      = "/var/lib/aks-flex-node/joined"
+	configPath  = "/etc/aks-flex-node/config.json"
 )
 
 func repoRoot() string {
@@ -255,8 +258,13 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 	if st := strings.TrimSpace(h.RunOK(t, "systemctl", "is-active", "aks-flex-node-agent.service")); st != "active" {
 		t.Errorf("agent service %s", st)
 	}
-	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+agentPath) {
-		t.Errorf("agent ExecStart: %s", exe)
+	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+currentLink+" ") {
+		t.Errorf("agent ExecStart: %s, want %s", exe, currentLink)
+	}
+	// start seeded the slots from Ignition's regular file: the CLI path now
+	// resolves to the running slot.
+	if dst := strings.TrimSpace(h.RunOK(t, "readlink", agentPath)); dst != currentLink {
+		t.Errorf("%s -> %q after start, want a link to %s", agentPath, dst, currentLink)
 	}
 	// Nothing under /usr: the overlay's upper dir records every write to
 	// the host's root since it was mounted, Ignition's included.
