@@ -9,7 +9,11 @@ readonly NAME=aks-flex-node
 readonly STATE_DIR=/var/lib/aks-flex-node
 readonly RECORD="$STATE_DIR/install-record"
 readonly DEFAULT_CONFIG=/etc/aks-flex-node/config.json
-readonly UNITS=(aks-flex-node-agent.service aks-flex-node-recovery.timer aks-flex-node-recovery.service)
+readonly UNITS=(aks-flex-node-agent.service aks-flex-node-recovery.timer aks-flex-node-recovery.service aks-flex-node-firstboot.service)
+# Written by Ignition from "aks-flex-node ignition render", not by install.sh:
+# after reset removes the joined marker its condition holds again, so left
+# behind it would try to join on every boot.
+readonly FIRSTBOOT_UNIT=/etc/systemd/system/aks-flex-node-firstboot.service
 
 usage() {
 	cat <<EOF
@@ -122,6 +126,17 @@ if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 fi
 if [ -n "$bin" ]; then
 	"$bin" uninstall-service --config "$config" >/dev/null 2>&1 || fail "$bin uninstall-service failed"
+fi
+
+if [ -f "$FIRSTBOOT_UNIT" ]; then
+	if rm -f "$FIRSTBOOT_UNIT"; then
+		removed+=("$FIRSTBOOT_UNIT")
+		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+			systemctl daemon-reload || fail "systemctl daemon-reload failed"
+		fi
+	else
+		fail "could not remove $FIRSTBOOT_UNIT"
+	fi
 fi
 
 # Check existence first: on a read-only /usr, removing a missing path fails

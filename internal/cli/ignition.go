@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/base64"
 	"fmt"
 	"os"
 	"strings"
@@ -11,9 +12,25 @@ import (
 	"github.com/Azure/aks-flex-node/internal/ignition"
 )
 
-// azureCustomDataLimit is Azure's cap on customData and userData (bytes,
-// base64-encoded as sent).
-const azureCustomDataLimit = 64 * 1024
+// Azure's caps: customData holds at most 65535 bytes once decoded; userData
+// at most 64 KiB of base64 text, so about 48 KiB of config.
+const (
+	azureCustomDataLimit = 65535
+	azureUserDataLimit   = 64 * 1024
+)
+
+// sizeWarning says which of Azure's limits a rendered config of n bytes
+// exceeds, or "" when it fits both.
+func sizeWarning(n int) string {
+	b64 := base64.StdEncoding.EncodedLen(n)
+	switch {
+	case n > azureCustomDataLimit:
+		return fmt.Sprintf("the config is %d bytes, over Azure's %d-byte customData limit (and userData's %d bytes of base64: it would be %d)", n, azureCustomDataLimit, azureUserDataLimit, b64)
+	case b64 > azureUserDataLimit:
+		return fmt.Sprintf("the config is %d bytes, %d as base64: it fits customData (%d bytes) but not userData (%d bytes of base64)", n, b64, azureCustomDataLimit, azureUserDataLimit)
+	}
+	return ""
+}
 
 func newIgnitionCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -81,8 +98,8 @@ Exit status: 0 rendered, 1 the output could not be written, 2 invalid input.`,
 			}
 			errw := cmd.ErrOrStderr()
 			fmt.Fprintln(errw, "warning: the rendered config embeds the agent config and its secrets (bootstrap token, credentials); customData and userData are readable by anyone with access to the VM's metadata")
-			if len(r.JSON) > azureCustomDataLimit {
-				fmt.Fprintf(errw, "warning: the config is %d bytes, over Azure's %d-byte customData/userData limit; host it (for example in blob storage) and pass a small config that points at it with ignition.config.replace and its verification.hash, or use --binary-url\n", len(r.JSON), azureCustomDataLimit)
+			if w := sizeWarning(len(r.JSON) + 1); w != "" {
+				fmt.Fprintf(errw, "warning: %s; host it (for example in blob storage) and pass a small config that points at it with ignition.config.replace and its verification.hash, or use --binary-url\n", w)
 			}
 			if output == "-" {
 				if _, err := cmd.OutOrStdout().Write(append(r.JSON, '\n')); err != nil {

@@ -12,7 +12,7 @@ import (
 func TestIgnitionRenderAndCheck(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "aks-flex-node")
-	if err := os.WriteFile(bin, []byte(strings.Repeat("agent binary ", 1000)), 0o755); err != nil {
+	if err := os.WriteFile(bin, []byte("\x7fELF"+strings.Repeat("agent binary ", 1000)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "acl.ign")
@@ -133,5 +133,24 @@ func TestHostInspectProvisioning(t *testing.T) {
 	stdout, _, code = run(t, "host", "inspect", "--root", root, "--custom-data", "/var/lib/waagent/other-data")
 	if code != 0 || !strings.Contains(stdout, "/var/lib/waagent/other-data: cloud-config") {
 		t.Fatalf("text: %d %q", code, stdout)
+	}
+}
+
+func TestIgnitionSizeWarning(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{3636, ""},
+		{49152, ""},                // 65536 bytes of base64: fits both
+		{49153, "fits customData"}, // base64 over userData's cap
+		{65535, "fits customData"}, // customData's cap exactly
+		{65536, "over Azure's 65535-byte customData limit"},
+		{18000789, "over Azure's 65535-byte customData limit"},
+	} {
+		got := sizeWarning(tc.n)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("sizeWarning(%d) = %q, want %q", tc.n, got, tc.want)
+		}
 	}
 }

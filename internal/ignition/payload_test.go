@@ -139,7 +139,7 @@ func TestCheckFindings(t *testing.T) {
 
 func TestAssess(t *testing.T) {
 	c, data, file := example(t, "acl-bootstrap-token.json")
-	r, err := Render(Options{Config: c, ConfigData: data, ConfigFile: file, Binary: []byte("bin")})
+	r, err := Render(Options{Config: c, ConfigData: data, ConfigFile: file, Binary: []byte("\x7fELF bin")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,6 +241,12 @@ func binaryContents(o Options) (t33.Resource, int, error) {
 		if len(o.Binary) == 0 {
 			return t33.Resource{}, 0, invalidf("--binary: the file is empty")
 		}
+		// Anything else (a tarball, a script, a download error page) would
+		// render fine and fail only at first boot, with nobody watching.
+		if !bytes.HasPrefix(o.Binary, []byte("\x7fELF")) {
+			head := o.Binary[:min(len(o.Binary), 8)]
+			return t33.Resource{}, 0, invalidf("--binary: not an ELF executable (it starts with %q); give the aks-flex-node binary built for the target host", head)
+		}
 		if o.BinarySHA256 != "" {
 			return t33.Resource{}, 0, invalidf("--binary-sha256 goes with --binary-url; an embedded binary is hashed here")
 		}

@@ -245,7 +245,7 @@ func TestRenderRefusals(t *testing.T) {
 	usrPrefix, usrPrefixData := withPrefix(t, "/usr/aks-flex-node", "")
 	usrLog, usrLogData := withPrefix(t, "/opt/aks-flex-node", "/usr/log/aks")
 	ok, okData := withPrefix(t, "/opt/aks-flex-node", "")
-	bin := []byte("binary")
+	bin := []byte("\x7fELF binary")
 	cases := []struct {
 		name string
 		o    Options
@@ -263,6 +263,7 @@ func TestRenderRefusals(t *testing.T) {
 		{"url not http", Options{Config: ok, ConfigData: okData, BinaryURL: "file:///tmp/a", BinarySHA256: strings.Repeat("0", 64)}, "--binary-url"},
 		{"both", Options{Config: ok, ConfigData: okData, BinaryURL: "https://example.invalid/a", BinarySHA256: strings.Repeat("0", 64), Binary: bin}, "not both"},
 		{"empty binary", Options{Config: ok, ConfigData: okData, Binary: []byte{}}, "empty"},
+		{"not an executable", Options{Config: ok, ConfigData: okData, Binary: []byte("\x1f\x8b\x08 a tarball")}, "not an ELF executable"},
 	}
 	for _, tc := range cases {
 		_, err := Render(tc.o)

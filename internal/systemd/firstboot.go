@@ -34,6 +34,9 @@ Documentation=https://github.com/Azure/aks-flex-node
 Wants=network-online.target
 After=network-online.target
 ConditionPathExists=!%[1]s
+# After uninstall.sh (or with the binary gone for any reason) there is
+# nothing to run: skip, rather than fail and retry every 30 s for ever.
+ConditionFileIsExecutable=%[2]s
 # Keep retrying a failed join (a network that comes up late, an API server
 # not reachable yet): nobody is there to start it again by hand.
 StartLimitIntervalSec=0

@@ -304,6 +304,25 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 	}
 	kubetest.WaitReady(ctx, t, cp.Client, nodeName, 2*time.Minute)
 	h.RunOK(t, "test", "-f", marker)
+
+	// uninstall.sh removes the first-boot unit too: left behind, its
+	// condition (no marker) would hold again after the reset uninstall
+	// runs, and it would try to join on every boot with no binary.
+	if err := h.CopyIn(filepath.Join(repoRoot(), "scripts", "uninstall.sh"), "/root/uninstall.sh", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.RunOK(t, "/root/uninstall.sh")
+	for _, p := range []string{"/etc/systemd/system/" + unitName, "/etc/systemd/system/multi-user.target.wants/" + unitName, agentPath, marker} {
+		if _, _, err := h.Run(ctx, "test", "-e", p); err == nil {
+			t.Errorf("uninstall.sh left %s", p)
+		}
+	}
+	if err := h.PowerCycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := h.Run(ctx, "systemctl", "show", unitName, "-p", "LoadState", "-p", "ExecMainStartTimestampMonotonic"); err != nil || !strings.Contains(out, "LoadState=not-found") || !strings.Contains(out, "ExecMainStartTimestampMonotonic=0") {
+		t.Errorf("after uninstall and a reboot, %s: %v\n%s", unitName, err, out)
+	}
 }
 
 // runIgnition runs the real Ignition against root, as the initramfs does on
