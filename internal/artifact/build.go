@@ -417,12 +417,21 @@ func collectLegal(dir string) (names, notes []string, err error) {
 			continue
 		}
 		// Links are followed (a repository may link LICENSE to a shared
-		// copy); the content is copied, never linked.
+		// copy); the content is copied, never linked. Only a LICENSE
+		// that cannot be read is an error: a notice file that is not
+		// there (a dangling link) or not a file is a note, because a
+		// missing notice must never fail a build.
 		fi, err := os.Stat(filepath.Join(dir, n))
-		if err != nil {
+		switch {
+		case err != nil && isLicense:
 			return nil, nil, fmt.Errorf("--legal-files-dir %s: %s: %w", dir, n, err)
-		}
-		if !fi.Mode().IsRegular() {
+		case err != nil:
+			notes = append(notes, fmt.Sprintf("note: skipping %s in %s: %v", n, dir, oneLineErr(err)))
+			continue
+		case !fi.Mode().IsRegular() && isNotice:
+			notes = append(notes, fmt.Sprintf("note: skipping %s in %s: not a regular file", n, dir))
+			continue
+		case !fi.Mode().IsRegular():
 			continue
 		}
 		license = license || isLicense
@@ -438,3 +447,6 @@ func collectLegal(dir string) (names, notes []string, err error) {
 	sort.Strings(names)
 	return names, notes, nil
 }
+
+// oneLineErr keeps an error inside a one-line note.
+func oneLineErr(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -108,6 +108,44 @@ func TestBuildLegalLicenseOnly(t *testing.T) {
 	}
 }
 
+// A dangling NOTICE link (a repository linking to a file it no longer
+// has) is a missing notice: a note, never a failure. A dangling LICENSE
+// is an error naming it.
+func TestBuildLegalDanglingNotice(t *testing.T) {
+	legal := t.TempDir()
+	put(t, legal, "LICENSE", []byte("MIT"))
+	if err := os.Symlink(filepath.Join(legal, "gone"), filepath.Join(legal, "NOTICE")); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(legal, "THIRD_PARTY_NOTICES"), 0o755)
+	m, notes, err := build(t, BuildOptions{FromDir: srcTree(t), LegalDir: legal})
+	if err != nil {
+		t.Fatalf("a dangling NOTICE must not fail a build: %v", err)
+	}
+	if len(m.Legal) != 1 || m.Legal[0].Path != "legal/LICENSE" {
+		t.Fatalf("legal = %+v", m.Legal)
+	}
+	joined := strings.Join(notes, "\n")
+	for _, want := range []string{"skipping NOTICE in " + legal, "skipping THIRD_PARTY_NOTICES in " + legal} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("notes %q lack %q", notes, want)
+		}
+	}
+	for _, n := range notes {
+		if strings.Contains(n, "\n") {
+			t.Errorf("note spans lines: %q", n)
+		}
+	}
+
+	broken := t.TempDir()
+	if err := os.Symlink(filepath.Join(broken, "gone"), filepath.Join(broken, "LICENSE")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := build(t, BuildOptions{FromDir: srcTree(t), LegalDir: broken}); err == nil || !strings.Contains(err.Error(), "--legal-files-dir "+broken+": LICENSE") {
+		t.Fatalf("dangling LICENSE: %v", err)
+	}
+}
+
 func TestBuildLegalMissingDir(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope")
 	out := filepath.Join(t.TempDir(), "b")
