@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 
@@ -107,11 +108,16 @@ func (p *Pipeline) stampComponents(bundleDir string) ([]fileStamp, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.withInstalled(b)
+}
+
+// withInstalled adds the installed files' stamps to the bundle's, sorted.
+func (p *Pipeline) withInstalled(b []fileStamp) ([]fileStamp, error) {
 	inst, err := stampTrees(installedRoots(p.machineRoot())...)
 	if err != nil {
 		return nil, err
 	}
-	out := append(b, inst...)
+	out := append(slices.Clip(b), inst...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
@@ -184,7 +190,15 @@ func (p *Pipeline) componentsUnchanged(bundleDir string) bool {
 }
 
 func (p *Pipeline) saveComponentsStamp(bundleDir string) error {
-	files, err := p.stampComponents(bundleDir)
+	// The bundle as it was verified in this run, when it was: a file
+	// changed after install read it then breaks the stamp.
+	var files []fileStamp
+	var err error
+	if v := p.verified; v != nil && v.dir == bundleDir && v.want == p.components() {
+		files, err = p.withInstalled(v.stamp)
+	} else {
+		files, err = p.stampComponents(bundleDir)
+	}
 	if err != nil {
 		return err
 	}
