@@ -224,6 +224,15 @@ func (p *Pipeline) stageBundle(ctx context.Context) (string, bool, error) {
 	if err := artifact.Fetch(ctx, nil, artifact.UpstreamURLs(p.components(), runtime.GOARCH), dir); err != nil {
 		return "", false, err
 	}
+	// Fetch checked each file against its upstream checksum; the manifest
+	// makes the staged dir a bundle that Verify and Install read.
+	m, err := artifact.BuildManifest(ctx, dir, runtime.GOARCH, p.components(), nil)
+	if err != nil {
+		return "", false, fmt.Errorf("describe the downloaded components in %s: %w", staged, err)
+	}
+	if _, err := artifact.WriteManifest(dir, m); err != nil {
+		return "", false, err
+	}
 	return dir, false, nil
 }
 
