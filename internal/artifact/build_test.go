@@ -229,6 +229,18 @@ func TestBuildDeterministic(t *testing.T) {
 	if !bytes.Equal(ma, mb) {
 		t.Error("manifest.json differs")
 	}
+	// Fixed mtimes: a tar or rsync -t of the dir is the same too.
+	for _, d := range []string{a, b} {
+		filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi, _ := de.Info(); !fi.ModTime().Equal(BuildMtime) {
+				t.Errorf("%s mtime %v, want %v", p, fi.ModTime(), BuildMtime)
+			}
+			return nil
+		})
+	}
 }
 
 func TestBuildFromDirErrors(t *testing.T) {
@@ -257,7 +269,7 @@ func TestBuildOnline(t *testing.T) {
 	srv, _ := fakeUpstream(t, testComponents, "")
 	pulled := 0
 	out := filepath.Join(t.TempDir(), "b")
-	_, _, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
+	_, notes, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
 		PullImage: func(_ context.Context, ref, arch, dst string) error {
 			pulled++
 			return os.WriteFile(dst, pauseTar, 0o600)
@@ -267,6 +279,17 @@ func TestBuildOnline(t *testing.T) {
 	}
 	if pulled != 1 {
 		t.Errorf("pulled %d images", pulled)
+	}
+	// An image pulled by tag is not reproducible: said in one line.
+	if len(notes) != 1 || strings.Contains(notes[0], "\n") || !strings.Contains(notes[0], "registry.k8s.io/pause:3.10 is pulled by tag only") {
+		t.Errorf("notes = %q, want one tag-only note", notes)
+	}
+	pinned := testSpec()
+	pinned.Images[0].Ref += "@sha256:" + strings.Repeat("a", 64)
+	_, notes, err = build(t, BuildOptions{Spec: pinned, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
+		PullImage: func(_ context.Context, ref, arch, dst string) error { return os.WriteFile(dst, pauseTar, 0o600) }})
+	if err != nil || len(notes) != 0 {
+		t.Errorf("pinned image: notes %q, %v", notes, err)
 	}
 	if ps := Verify(context.Background(), out, testComponents); len(ps) > 0 {
 		t.Fatal(Problems(ps))
