@@ -264,3 +264,40 @@ func TestStartVerifiesBundleOnce(t *testing.T) {
 		t.Fatal("tampered kubelet verified")
 	}
 }
+
+// A registry bundle is hashed once on a first start (after the pull) and
+// not at all on a converged re-run, though it is verified at stage time.
+func TestStageOCIVerifiesOnce(t *testing.T) {
+	ctx := context.Background()
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(reg)
+	defer srv.Close()
+	src := "oci://" + strings.TrimPrefix(srv.URL, "http://") + "/aks-flex/bootstrap-artifacts:k8s-1.35.4"
+	if _, err := (artifact.Registry{}).Push(ctx, smallBundle(t), src); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	p := stagePipeline(t, src, &logs)
+	if err := os.MkdirAll(p.machineRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range []task.Task{p.stageComponentsTask(), p.installComponentsTask()} {
+		if _, err := tk.Do(ctx); err != nil {
+			t.Fatalf("%s: %v", tk.Name(), err)
+		}
+	}
+	if n := strings.Count(logs.String(), "verified bundle"); n != 1 {
+		t.Errorf("first start verified the bundle %d times, want 1:\n%s", n, logs.String())
+	}
+	logs.Reset()
+	p2 := stagePipeline(t, src, &logs)
+	p2.Layout = p.Layout
+	for _, tk := range []task.Task{p2.stageComponentsTask(), p2.installComponentsTask()} {
+		if res, err := tk.Do(ctx); err != nil || res.Changed {
+			t.Fatalf("%s on a converged host: %+v %v", tk.Name(), res, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "verified bundle"); n != 0 {
+		t.Errorf("converged re-run verified the bundle %d times:\n%s", n, logs.String())
+	}
+}

@@ -73,6 +73,9 @@ func stampBundle(dir string) ([]fileStamp, error) {
 		switch {
 		case d.IsDir():
 			return nil
+		case p == filepath.Join(root, stagedMarker):
+			// Ours, written after verification; not bundle content.
+			return nil
 		case d.Type()&fs.ModeSymlink != 0:
 			if link, err = os.Readlink(p); err != nil {
 				return err
