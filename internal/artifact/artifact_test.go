@@ -188,6 +188,40 @@ func TestTamperedKubeletFailsBeforeInstall(t *testing.T) {
 	}
 }
 
+// A tarball replaced between verification and install installs none of
+// its members: they are unpacked to temp files and renamed only once the
+// tarball hashed to the verified checksum.
+func TestInstallTarballChangedAfterVerify(t *testing.T) {
+	ctx := context.Background()
+	dir := makeBundle(t, testComponents)
+	m, ps := VerifyFor(ctx, dir, testComponents, runtime.GOARCH)
+	if len(ps) > 0 {
+		t.Fatal(Problems(ps))
+	}
+	rel := BundlePaths(testComponents, runtime.GOARCH)[Containerd]
+	put(t, dir, rel, tgz(t, member{"bin/containerd", "evil", 0o755}, member{"bin/ctr", "evil", 0o755}))
+	root := t.TempDir()
+	_, err := InstallVerified(ctx, dir, m, root, nil)
+	if err == nil || !strings.Contains(err.Error(), rel) {
+		t.Fatalf("err = %v", err)
+	}
+	if !strings.Contains(err.Error(), "changed after verification") {
+		t.Errorf("err = %v, want it to say the tarball changed after verification", err)
+	}
+	bin := filepath.Join(root, "usr/local/bin")
+	for _, n := range []string{"containerd", "ctr"} {
+		if _, err := os.Lstat(filepath.Join(bin, n)); !os.IsNotExist(err) {
+			t.Errorf("%s from the changed tarball was installed: %v", n, err)
+		}
+	}
+	des, _ := os.ReadDir(bin)
+	for _, de := range des {
+		if strings.Contains(de.Name(), ".tmp-") {
+			t.Errorf("temp file left: %s", de.Name())
+		}
+	}
+}
+
 func TestVerifySidecarAndMissingFiles(t *testing.T) {
 	dir := makeBundle(t, testComponents)
 	runc := BundlePaths(testComponents, runtime.GOARCH)[Runc]

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
@@ -132,10 +133,15 @@ type BuildOptions struct {
 	Note func(string)
 }
 
+// BuildMtime is the modification time of every file and directory Build
+// writes, so that an archive of the output dir (tar, rsync -t) is the same
+// for the same inputs too.
+var BuildMtime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // Build writes a bundle into o.OutputDir, which must be absent or empty.
 // The same inputs give byte-identical output: files are copied verbatim,
 // lists are sorted, sidecars and the manifest have one fixed rendering,
-// and files and directories get fixed modes. The bundle is assembled in a
+// and files and directories get fixed modes and mtimes (BuildMtime). The bundle is assembled in a
 // temp dir next to OutputDir, verified, and renamed into place, so a
 // failed build leaves nothing that looks like a bundle.
 func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
@@ -208,6 +214,9 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 	}
 	for _, im := range s.Images {
 		var f File
+		if o.FromDir == "" && !strings.Contains(im.Ref, "@sha256:") && o.Note != nil {
+			o.Note(fmt.Sprintf("note: image %s is pulled by tag only: a later build may get different content; pin it as %s@sha256:<digest> for a reproducible bundle", im.Ref, im.Ref))
+		}
 		if o.FromDir != "" {
 			if f, err = copyIn(ctx, o.FromDir, tmp, im.Path); err != nil {
 				return nil, err
@@ -270,13 +279,27 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 	if _, ps := VerifyIntegrity(ctx, tmp); len(ps) > 0 {
 		return nil, fmt.Errorf("self-check of the built bundle: %w", Problems(ps))
 	}
+	if err := fixMtimes(tmp); err != nil {
+		return nil, err
+	}
 	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("output dir %s: %w", out, err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		return nil, err
 	}
-	return m, nil
+	return m, os.Chtimes(out, BuildMtime, BuildMtime)
+}
+
+// fixMtimes sets BuildMtime on everything under dir. Setting a time
+// changes no directory's mtime, so the order does not matter.
+func fixMtimes(dir string) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, BuildMtime, BuildMtime)
+	})
 }
 
 // copyIn copies src/rel into the bundle at rel. A <rel>.sha256 next to
@@ -417,12 +440,21 @@ func collectLegal(dir string) (names, notes []string, err error) {
 			continue
 		}
 		// Links are followed (a repository may link LICENSE to a shared
-		// copy); the content is copied, never linked.
+		// copy); the content is copied, never linked. Only a LICENSE
+		// that cannot be read is an error: a notice file that is not
+		// there (a dangling link) or not a file is a note, because a
+		// missing notice must never fail a build.
 		fi, err := os.Stat(filepath.Join(dir, n))
-		if err != nil {
+		switch {
+		case err != nil && isLicense:
 			return nil, nil, fmt.Errorf("--legal-files-dir %s: %s: %w", dir, n, err)
-		}
-		if !fi.Mode().IsRegular() {
+		case err != nil:
+			notes = append(notes, fmt.Sprintf("note: skipping %s in %s: %v", n, dir, oneLineErr(err)))
+			continue
+		case !fi.Mode().IsRegular() && isNotice:
+			notes = append(notes, fmt.Sprintf("note: skipping %s in %s: not a regular file", n, dir))
+			continue
+		case !fi.Mode().IsRegular():
 			continue
 		}
 		license = license || isLicense
@@ -438,3 +470,6 @@ func collectLegal(dir string) (names, notes []string, err error) {
 	sort.Strings(names)
 	return names, notes, nil
 }
+
+// oneLineErr keeps an error inside a one-line note.
+func oneLineErr(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -108,6 +108,44 @@ func TestBuildLegalLicenseOnly(t *testing.T) {
 	}
 }
 
+// A dangling NOTICE link (a repository linking to a file it no longer
+// has) is a missing notice: a note, never a failure. A dangling LICENSE
+// is an error naming it.
+func TestBuildLegalDanglingNotice(t *testing.T) {
+	legal := t.TempDir()
+	put(t, legal, "LICENSE", []byte("MIT"))
+	if err := os.Symlink(filepath.Join(legal, "gone"), filepath.Join(legal, "NOTICE")); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(legal, "THIRD_PARTY_NOTICES"), 0o755)
+	m, notes, err := build(t, BuildOptions{FromDir: srcTree(t), LegalDir: legal})
+	if err != nil {
+		t.Fatalf("a dangling NOTICE must not fail a build: %v", err)
+	}
+	if len(m.Legal) != 1 || m.Legal[0].Path != "legal/LICENSE" {
+		t.Fatalf("legal = %+v", m.Legal)
+	}
+	joined := strings.Join(notes, "\n")
+	for _, want := range []string{"skipping NOTICE in " + legal, "skipping THIRD_PARTY_NOTICES in " + legal} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("notes %q lack %q", notes, want)
+		}
+	}
+	for _, n := range notes {
+		if strings.Contains(n, "\n") {
+			t.Errorf("note spans lines: %q", n)
+		}
+	}
+
+	broken := t.TempDir()
+	if err := os.Symlink(filepath.Join(broken, "gone"), filepath.Join(broken, "LICENSE")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := build(t, BuildOptions{FromDir: srcTree(t), LegalDir: broken}); err == nil || !strings.Contains(err.Error(), "--legal-files-dir "+broken+": LICENSE") {
+		t.Fatalf("dangling LICENSE: %v", err)
+	}
+}
+
 func TestBuildLegalMissingDir(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope")
 	out := filepath.Join(t.TempDir(), "b")
@@ -191,6 +229,18 @@ func TestBuildDeterministic(t *testing.T) {
 	if !bytes.Equal(ma, mb) {
 		t.Error("manifest.json differs")
 	}
+	// Fixed mtimes: a tar or rsync -t of the dir is the same too.
+	for _, d := range []string{a, b} {
+		filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi, _ := de.Info(); !fi.ModTime().Equal(BuildMtime) {
+				t.Errorf("%s mtime %v, want %v", p, fi.ModTime(), BuildMtime)
+			}
+			return nil
+		})
+	}
 }
 
 func TestBuildFromDirErrors(t *testing.T) {
@@ -219,7 +269,7 @@ func TestBuildOnline(t *testing.T) {
 	srv, _ := fakeUpstream(t, testComponents, "")
 	pulled := 0
 	out := filepath.Join(t.TempDir(), "b")
-	_, _, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
+	_, notes, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
 		PullImage: func(_ context.Context, ref, arch, dst string) error {
 			pulled++
 			return os.WriteFile(dst, pauseTar, 0o600)
@@ -229,6 +279,17 @@ func TestBuildOnline(t *testing.T) {
 	}
 	if pulled != 1 {
 		t.Errorf("pulled %d images", pulled)
+	}
+	// An image pulled by tag is not reproducible: said in one line.
+	if len(notes) != 1 || strings.Contains(notes[0], "\n") || !strings.Contains(notes[0], "registry.k8s.io/pause:3.10 is pulled by tag only") {
+		t.Errorf("notes = %q, want one tag-only note", notes)
+	}
+	pinned := testSpec()
+	pinned.Images[0].Ref += "@sha256:" + strings.Repeat("a", 64)
+	_, notes, err = build(t, BuildOptions{Spec: pinned, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
+		PullImage: func(_ context.Context, ref, arch, dst string) error { return os.WriteFile(dst, pauseTar, 0o600) }})
+	if err != nil || len(notes) != 0 {
+		t.Errorf("pinned image: notes %q, %v", notes, err)
 	}
 	if ps := Verify(context.Background(), out, testComponents); len(ps) > 0 {
 		t.Fatal(Problems(ps))

@@ -54,12 +54,21 @@ type installer struct {
 // reports Changed=false. Directories are resolved inside machineRoot, so
 // links in the rootfs cannot redirect a write to the host.
 func Install(ctx context.Context, dir, machineRoot string, log *slog.Logger) (task.Result, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	m, ps := verify(ctx, dir, Components{}, runtime.GOARCH)
 	if len(ps) > 0 {
 		return task.Result{}, fmt.Errorf("verify bundle %s: %w", dir, Problems(ps))
+	}
+	return InstallVerified(ctx, dir, m, machineRoot, log)
+}
+
+// InstallVerified is Install for a bundle this process has just verified
+// (m is the manifest Verify read from dir), so a start hashes the bundle
+// once before installing instead of again here. It still hashes every
+// byte it installs, and content that does not match m replaces nothing:
+// a file changed since it was verified is refused naming it.
+func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot string, log *slog.Logger) (task.Result, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	if fi, err := os.Stat(machineRoot); err != nil || !fi.IsDir() {
 		return task.Result{}, fmt.Errorf("machine rootfs %s does not exist: provision the machine first", machineRoot)
@@ -117,7 +126,10 @@ func (in *installer) file(f File, dir, name string, mode fs.FileMode) error {
 }
 
 // tarball installs the executable regular members pick accepts. A tarball
-// that yields none is an error: the bundle is not what it says.
+// that yields none is an error: the bundle is not what it says. Members
+// are unpacked to temp files next to their targets and renamed into place
+// only after the whole tarball hashed to the manifest's checksum, so a
+// tarball changed since it was verified installs nothing.
 func (in *installer) tarball(f File, dir string, pick func(name string) (string, bool)) error {
 	src := filepath.Join(in.dir, filepath.FromSlash(f.Path))
 	fh, err := os.Open(src)
@@ -125,6 +137,13 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		return err
 	}
 	defer fh.Close()
+	type member struct{ tmp, dst, sum string }
+	var staged []member
+	defer func() {
+		for _, s := range staged {
+			os.Remove(s.tmp) // a no-op once renamed
+		}
+	}()
 	// Hash while reading: what is unpacked must be what was verified.
 	hr := newHashReader(fh)
 	zr, err := gzip.NewReader(hr)
@@ -132,7 +151,6 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		return err
 	}
 	tr := tar.NewReader(zr)
-	n := 0
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -153,20 +171,34 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		if err != nil {
 			return err
 		}
-		if err := in.place(dst, func() (io.ReadCloser, error) { return io.NopCloser(tr), nil }, binMode, ""); err != nil {
+		tmp, sum, err := writeTemp(in.ctx, dst, tr, binMode)
+		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		n++
+		staged = append(staged, member{tmp, dst, sum})
 	}
 	// Drain through the hash: bytes after the tar end count too.
 	if _, err := io.Copy(io.Discard, hr); err != nil {
 		return err
 	}
 	if got := hr.Sum(); got != f.SHA256 {
-		return fmt.Errorf("changed while installing: sha256 %s != manifest %s", got, f.SHA256)
+		return fmt.Errorf("changed after verification: sha256 %s != manifest %s; nothing from it was installed", got, f.SHA256)
 	}
-	if n == 0 {
+	if len(staged) == 0 {
 		return fmt.Errorf("no executables found in the tarball")
+	}
+	for _, s := range staged {
+		in.files++
+		if same, err := sameFile(in.ctx, s.dst, binMode, s.sum); err != nil {
+			return err
+		} else if same {
+			continue
+		}
+		if err := os.Rename(s.tmp, s.dst); err != nil {
+			return err
+		}
+		in.changed++
+		in.log.Debug("installed", "path", s.dst, "sha256", s.sum)
 	}
 	return nil
 }

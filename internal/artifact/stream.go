@@ -95,21 +95,11 @@ func (e *MismatchError) Error() string { return fmt.Sprintf("sha256 %s != %s", e
 // already is a regular file with mode and the same content is left alone
 // and changed is false.
 func writeStream(ctx context.Context, dst string, r io.Reader, mode fs.FileMode, want string, skipSame bool) (sum string, changed bool, err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	tmp, sum, err := writeTemp(ctx, dst, r, mode)
 	if err != nil {
 		return "", false, err
 	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	sum, _, err = copyHashed(ctx, tmp, r)
-	if err != nil {
-		return "", false, err
-	}
+	defer os.Remove(tmp) // a no-op once renamed
 	if want != "" && sum != want {
 		return sum, false, &MismatchError{Got: sum, Want: want}
 	}
@@ -117,23 +107,42 @@ func writeStream(ctx context.Context, dst string, r io.Reader, mode fs.FileMode,
 		if same, err := sameFile(ctx, dst, mode, sum); err != nil {
 			return sum, false, err
 		} else if same {
-			return sum, false, nil // the deferred cleanup drops the temp file
+			return sum, false, nil
 		}
 	}
-	if err := tmp.Chmod(mode); err != nil {
+	if err := os.Rename(tmp, dst); err != nil {
 		return sum, false, err
 	}
-	if err := tmp.Sync(); err != nil {
-		return sum, false, err
-	}
-	if err := tmp.Close(); err != nil {
-		return sum, false, err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return sum, false, err
-	}
-	done = true
 	return sum, true, nil
+}
+
+// writeTemp streams r into a new temp file next to dst, with mode, synced
+// and closed, and returns its path and the content's hex SHA-256. The
+// caller renames it over dst or removes it; on error nothing is left.
+func writeTemp(ctx context.Context, dst string, r io.Reader, mode fs.FileMode) (tmpPath, sum string, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return "", "", err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if sum, _, err = copyHashed(ctx, tmp, r); err != nil {
+		return "", "", err
+	}
+	if err = tmp.Chmod(mode); err != nil {
+		return "", "", err
+	}
+	if err = tmp.Sync(); err != nil {
+		return "", "", err
+	}
+	if err = tmp.Close(); err != nil {
+		return "", "", err
+	}
+	return tmp.Name(), sum, nil
 }
 
 // sameFile reports whether p is a regular file with mode and content

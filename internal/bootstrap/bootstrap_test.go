@@ -133,3 +133,59 @@ func TestComponentsStampDetectsRewrites(t *testing.T) {
 		t.Fatal("a changed component version went unnoticed")
 	}
 }
+
+// A bundle dir that is a link is stamped where it points: walking the link
+// itself stamps no file, and a tampered bundle would read as unchanged.
+func TestComponentsStampFollowsBundleLinks(t *testing.T) {
+	root := t.TempDir()
+	l, _ := layout.New(root, "", "")
+	p := &Pipeline{Layout: l, Config: &config.Config{}}
+	p.init()
+	v1, v2 := filepath.Join(root, "v1"), filepath.Join(root, "v2")
+	for _, d := range []string{v1, v2} {
+		_ = os.MkdirAll(d, 0o755)
+		_ = os.WriteFile(filepath.Join(d, "kubelet"), []byte("k1"), 0o644)
+	}
+	bundle := filepath.Join(root, "current")
+	_ = os.Symlink(v1, bundle)
+	if err := p.saveComponentsStamp(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if !p.componentsUnchanged(bundle) {
+		t.Fatal("stamp does not match an untouched tree")
+	}
+	time.Sleep(20 * time.Millisecond)
+	_ = os.WriteFile(filepath.Join(v1, "kubelet"), []byte("k2"), 0o644)
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a rewritten file behind a linked bundle dir went unnoticed")
+	}
+	// Re-pointing the link at another tree with the same names.
+	_ = p.saveComponentsStamp(bundle)
+	_ = os.Remove(bundle)
+	_ = os.Symlink(v2, bundle)
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a re-pointed bundle link went unnoticed")
+	}
+
+	// A file in the bundle that is a link is stamped as its target.
+	outside := filepath.Join(root, "kubelet.real")
+	_ = os.WriteFile(outside, []byte("k1"), 0o644)
+	_ = os.Remove(filepath.Join(v2, "kubelet"))
+	_ = os.Symlink(outside, filepath.Join(v2, "kubelet"))
+	if err := p.saveComponentsStamp(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if !p.componentsUnchanged(bundle) {
+		t.Fatal("stamp does not match an untouched tree with a linked file")
+	}
+	time.Sleep(20 * time.Millisecond)
+	_ = os.WriteFile(outside, []byte("k3"), 0o644)
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a rewritten link target went unnoticed")
+	}
+	// A link that leads nowhere cannot be stamped: never "unchanged".
+	_ = os.Remove(outside)
+	if p.componentsUnchanged(bundle) {
+		t.Fatal("a dangling link in the bundle read as unchanged")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,9 +48,12 @@ type Pipeline struct {
 	Machine     string    // default kube1
 	JoinTimeout time.Duration
 
-	// bundle is the verified-or-to-verify bundle dir stage-node-components
-	// resolved, as this process opens it.
+	// bundle is the verified bundle dir stage-node-components resolved,
+	// as this process opens it.
 	bundle string
+	// verified is the bundle this run last verified in full, so preflight,
+	// stage-node-components and install-node-components hash it once.
+	verified *verifiedBundle
 	// restartNode is set when node components or config changed, so a
 	// running machine restarts containerd and the kubelet to pick them up.
 	restartNode bool
@@ -220,14 +224,26 @@ func (p *Pipeline) stageBundle(ctx context.Context) (string, bool, error) {
 	if err := artifact.Fetch(ctx, nil, artifact.UpstreamURLs(p.components(), runtime.GOARCH), dir); err != nil {
 		return "", false, err
 	}
+	// Fetch checked each file against its upstream checksum; the manifest
+	// makes the staged dir a bundle that Verify and Install read.
+	m, err := artifact.BuildManifest(ctx, dir, runtime.GOARCH, p.components(), nil)
+	if err != nil {
+		return "", false, fmt.Errorf("describe the downloaded components in %s: %w", staged, err)
+	}
+	if _, err := artifact.WriteManifest(dir, m); err != nil {
+		return "", false, err
+	}
 	return dir, false, nil
 }
 
 // stageOCI pulls the bundle at ref into bundles/oci-<digest>, verifies it
 // and returns the dir. A bundle already staged from the same artifact
-// digest is not downloaded again (the components stamp then decides
-// whether it is hashed again); a partial one resumes per file. A staged
-// bundle that does not verify is removed, so the next start pulls afresh.
+// digest is not downloaded again, but it is verified again (cheap when
+// the components stamp shows it unchanged): one that no longer verifies
+// (a file corrupted on disk) is removed and pulled afresh, here, before
+// anything else on the host changes. A partial pull resumes per file. A
+// freshly pulled bundle that does not verify is removed, so the next
+// start pulls afresh.
 func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, bool, error) {
 	reg := artifact.Registry{PlainHTTP: p.Config.Bootstrap.OfflineArtifacts.PlainHTTP}
 	rem, ps := reg.Inspect(ctx, ref, p.components(), runtime.GOARCH)
@@ -241,16 +257,26 @@ func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, bool, erro
 	dir := p.Layout.OnRoot(staged)
 	marker := filepath.Join(dir, stagedMarker)
 	if b, err := os.ReadFile(marker); err == nil && string(b) == rem.Digest.String()+"\n" {
-		return dir, false, nil
+		err := p.VerifyLocalBundle(ctx, dir)
+		if err == nil {
+			return dir, false, nil
+		}
+		if ctx.Err() != nil { // interrupted, not disproved: keep it
+			return "", false, err
+		}
+		p.Log.Warn("staged bundle no longer verifies; removing it and pulling again", "dir", staged, "ref", ref, "err", err)
+		if err := os.RemoveAll(dir); err != nil {
+			return "", false, fmt.Errorf("remove staged bundle %s that does not verify: %w", staged, err)
+		}
 	}
 	start := time.Now()
 	n, err := reg.Pull(ctx, rem, dir)
 	if err != nil {
 		return "", false, err
 	}
-	if _, ps := artifact.VerifyFor(ctx, dir, p.components(), runtime.GOARCH); len(ps) > 0 {
+	if _, err := p.verifyBundle(ctx, dir); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", false, fmt.Errorf("bundle pulled from %s into %s does not verify (removed): %w", ref, staged, artifact.Problems(ps))
+		return "", false, fmt.Errorf("bundle pulled from %s into %s does not verify (removed): %w", ref, staged, err)
 	}
 	if _, err := fsutil.WriteFile(marker, []byte(rem.Digest.String()+"\n"), 0o644); err != nil {
 		return "", false, err
@@ -282,14 +308,50 @@ func (p *Pipeline) removeStaleBundles(current string) error {
 	return nil
 }
 
-// VerifyLocalBundle is the full check of an offline bundle dir (a path
-// this process opens) that preflight runs before start touches the host;
-// a bundle unchanged since the last verified install is not hashed again.
+// VerifyLocalBundle is the full check of a bundle dir (a path this
+// process opens) against the config: what preflight runs and what
+// stage-node-components requires before start touches the host. A bundle
+// unchanged since the last verified install, or since this run verified
+// it, is not hashed again.
 func (p *Pipeline) VerifyLocalBundle(ctx context.Context, dir string) error {
 	if p.componentsUnchanged(dir) {
 		return nil
 	}
-	return artifact.Problems(artifact.Verify(ctx, dir, p.components()))
+	_, err := p.verifyBundle(ctx, dir)
+	return err
+}
+
+// verifiedBundle is a bundle verified in full in this run: its stamp,
+// taken before it was hashed, and the manifest that was checked.
+type verifiedBundle struct {
+	dir      string
+	want     artifact.Components
+	stamp    []fileStamp
+	manifest *artifact.Manifest
+}
+
+// verifyBundle verifies dir in full and returns its manifest, unless this
+// run already did and no file of it changed since (the same stamp as the
+// components stamp: size, mtime, ctime, inode).
+func (p *Pipeline) verifyBundle(ctx context.Context, dir string) (*artifact.Manifest, error) {
+	want := p.components()
+	if v := p.verified; v != nil && v.dir == dir && v.want == want {
+		if cur, err := stampBundle(dir); err == nil && slices.Equal(cur, v.stamp) {
+			return v.manifest, nil
+		}
+	}
+	p.verified = nil
+	stamp, stampErr := stampBundle(dir) // before hashing: a change during it breaks the stamp
+	start := time.Now()
+	m, ps := artifact.VerifyFor(ctx, dir, want, runtime.GOARCH)
+	if len(ps) > 0 {
+		return nil, artifact.Problems(ps)
+	}
+	p.Log.Debug("verified bundle", "dir", dir, "files", len(m.Files)+len(m.Legal), "duration", time.Since(start).Round(time.Millisecond))
+	if stampErr == nil {
+		p.verified = &verifiedBundle{dir: dir, want: want, stamp: stamp, manifest: m}
+	}
+	return m, nil
 }
 
 func (p *Pipeline) stageComponentsTask() task.Task {
@@ -297,6 +359,11 @@ func (p *Pipeline) stageComponentsTask() task.Task {
 		dir, pulled, err := p.stageBundle(ctx)
 		if err != nil {
 			return task.Result{}, err
+		}
+		// The gate: every source, local or staged, verifies here, even
+		// when preflight's check was ignored.
+		if err := p.VerifyLocalBundle(ctx, dir); err != nil {
+			return task.Result{}, fmt.Errorf("bundle %s does not verify: %w", dir, err)
 		}
 		p.bundle = dir
 		return task.Result{Changed: pulled, Detail: dir}, nil
@@ -312,10 +379,11 @@ func (p *Pipeline) installComponentsTask() task.Task {
 		if p.componentsUnchanged(dir) {
 			return task.Result{Detail: "bundle and installed files unchanged since verified"}, p.removeStaleBundles(dir)
 		}
-		if probs := artifact.Verify(ctx, dir, p.components()); len(probs) > 0 {
-			return task.Result{}, artifact.Problems(probs)
+		m, err := p.verifyBundle(ctx, dir)
+		if err != nil {
+			return task.Result{}, err
 		}
-		res, err := artifact.Install(ctx, dir, p.machineRoot(), p.Log)
+		res, err := artifact.InstallVerified(ctx, dir, m, p.machineRoot(), p.Log)
 		p.restartNode = p.restartNode || res.Changed
 		if err != nil {
 			return res, err

@@ -2,9 +2,11 @@ package bootstrap
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 
@@ -31,11 +33,96 @@ type stampFile struct {
 }
 
 type fileStamp struct {
-	Path  string `json:"path"`
+	Path string `json:"path"`
+	// Link is where a link in the bundle points; the rest is its target's.
+	Link  string `json:"link,omitempty"`
 	Size  int64  `json:"size"`
 	Mtime int64  `json:"mtime"`
 	Ctime int64  `json:"ctime"`
 	Ino   uint64 `json:"ino"`
+}
+
+func stampOf(p string, fi fs.FileInfo) (fileStamp, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileStamp{}, false
+	}
+	return fileStamp{Path: p, Size: fi.Size(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino}, true
+}
+
+// stampBundle stats every file of the bundle in dir, as Verify reads it.
+// The root is resolved first: WalkDir does not descend into a root that
+// is a link (a bundle dir /srv/bundles/current pointing at a version
+// dir), which would stamp no file at all and let any change through. The
+// resolved paths are recorded, so re-pointing the link breaks the stamp.
+// Links inside the bundle are followed, as Verify follows them, and
+// stamped as their target; one that does not lead to a regular file
+// cannot be stamped, and the bundle is then verified in full every time.
+func stampBundle(dir string) ([]fileStamp, error) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []fileStamp
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var fi fs.FileInfo
+		link := ""
+		switch {
+		case d.IsDir():
+			return nil
+		case p == filepath.Join(root, stagedMarker):
+			// Ours, written after verification; not bundle content.
+			return nil
+		case d.Type()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+			if fi, err = os.Stat(p); err != nil {
+				return fmt.Errorf("bundle link %s: %w", p, err)
+			}
+			if !fi.Mode().IsRegular() {
+				return fmt.Errorf("bundle link %s -> %s: not a regular file", p, link)
+			}
+		case d.Type().IsRegular():
+			if fi, err = d.Info(); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		st, ok := stampOf(p, fi)
+		if !ok {
+			return fmt.Errorf("%s: no stat data", p)
+		}
+		st.Link = link
+		out = append(out, st)
+		return nil
+	})
+	return out, err
+}
+
+// stampComponents stamps the bundle in bundleDir and what was installed
+// from it into the machine, sorted.
+func (p *Pipeline) stampComponents(bundleDir string) ([]fileStamp, error) {
+	b, err := stampBundle(bundleDir)
+	if err != nil {
+		return nil, err
+	}
+	return p.withInstalled(b)
+}
+
+// withInstalled adds the installed files' stamps to the bundle's, sorted.
+func (p *Pipeline) withInstalled(b []fileStamp) ([]fileStamp, error) {
+	inst, err := stampTrees(installedRoots(p.machineRoot())...)
+	if err != nil {
+		return nil, err
+	}
+	out := append(slices.Clip(b), inst...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
 }
 
 // stampTrees stats every regular file under the given roots, sorted.
@@ -56,11 +143,9 @@ func stampTrees(roots ...string) ([]fileStamp, error) {
 			if err != nil {
 				return err
 			}
-			st, ok := fi.Sys().(*syscall.Stat_t)
-			if !ok {
-				return nil
+			if st, ok := stampOf(p, fi); ok {
+				out = append(out, st)
 			}
-			out = append(out, fileStamp{Path: p, Size: fi.Size(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino})
 			return nil
 		})
 		if err != nil {
@@ -95,7 +180,7 @@ func (p *Pipeline) componentsUnchanged(bundleDir string) bool {
 	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleDir || old.Want != p.components() {
 		return false
 	}
-	cur, err := stampTrees(append([]string{bundleDir}, installedRoots(p.machineRoot())...)...)
+	cur, err := p.stampComponents(bundleDir)
 	if err != nil || len(cur) != len(old.Files) {
 		return false
 	}
@@ -108,7 +193,15 @@ func (p *Pipeline) componentsUnchanged(bundleDir string) bool {
 }
 
 func (p *Pipeline) saveComponentsStamp(bundleDir string) error {
-	files, err := stampTrees(append([]string{bundleDir}, installedRoots(p.machineRoot())...)...)
+	// The bundle as it was verified in this run, when it was: a file
+	// changed after install read it then breaks the stamp.
+	var files []fileStamp
+	var err error
+	if v := p.verified; v != nil && v.dir == bundleDir && v.want == p.components() {
+		files, err = p.withInstalled(v.stamp)
+	} else {
+		files, err = p.stampComponents(bundleDir)
+	}
 	if err != nil {
 		return err
 	}

@@ -181,6 +181,13 @@ usage or an invalid config.`,
 			if err != nil {
 				return invalid(fmt.Errorf("artifacts verify: %w", err))
 			}
+			// A reference that does not parse (no tag, say) is bad usage,
+			// not a bundle problem.
+			if strings.HasPrefix(src, artifact.OCIScheme) {
+				if _, err := (artifact.Registry{PlainHTTP: plainHTTP}).ParseReference(src); err != nil {
+					return invalid(fmt.Errorf("artifacts verify: --source: %w", err))
+				}
+			}
 			ps, n, err := verifySource(cmd.Context(), src, want, arch, plainHTTP)
 			if err != nil {
 				return err

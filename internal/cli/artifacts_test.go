@@ -119,6 +119,8 @@ func TestArtifactsUsage(t *testing.T) {
 		{"artifacts", "verify"},
 		{"artifacts", "verify", "--source", "/b/{{ .KubernetesVersion }}"},
 		{"artifacts", "verify", "--source", "relative"},
+		{"artifacts", "verify", "--source", "oci://127.0.0.1:1/aks-flex/bootstrap-artifacts"},
+		{"artifacts", "verify", "--source", "oci://127.0.0.1:1/Not A Repo:tag"},
 	} {
 		if _, stderr, code := run(t, args...); code != ExitInvalid {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr)
