@@ -161,6 +161,11 @@ func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 	if err := fsutil.MkdirAll(l.OnRoot(l.LibDir), 0o755); err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
+	unlock, err := lockLinks(l, linksLockWait)
+	if err != nil {
+		return res, fmt.Errorf("seed slots: %w", err)
+	}
+	defer unlock()
 	cur, err := linkSlot(l, l.UpgradeSlots.Current)
 	if err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
@@ -236,7 +241,10 @@ func adopt(ctx context.Context, l layout.Layout, bin, cur, good string) (string,
 	if err := copyIntoSlot(ctx, l, bin, slot); err != nil {
 		return "", err
 	}
-	for _, link := range []string{l.UpgradeSlots.Current, l.UpgradeSlots.LastGood} {
+	// last-good first: a crash in between leaves current behind last-good,
+	// which recovery resolves by pointing current at last-good, the
+	// adopted binary. The other order would be rolled back to the old one.
+	for _, link := range []string{l.UpgradeSlots.LastGood, l.UpgradeSlots.Current} {
 		if _, err := pointLink(l, link, slot); err != nil {
 			return "", err
 		}
