@@ -293,3 +293,60 @@ func Kept(l layout.Layout) map[string]bool {
 		filepath.Base(l.RecoveryScript): true,
 	}
 }
+
+// CheckSeed says, changing nothing, whether Seed would fail on this host.
+// start runs Seed in its install-agent-service task, after the node has
+// joined; a failure there would leave a node in the cluster with no agent
+// service, so start asks this before it touches the host.
+func CheckSeed(ctx context.Context, l layout.Layout) error {
+	bin := l.OnRoot(l.AgentBinary)
+	cur, err := linkSlot(l, l.UpgradeSlots.Current)
+	if err != nil {
+		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir, l.Prefix, err, layout.RecoveryUnit)
+	}
+	good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+	if err != nil {
+		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir, l.Prefix, err, layout.RecoveryUnit)
+	}
+	fi, statErr := os.Lstat(bin)
+	regular := statErr == nil && fi.Mode().IsRegular()
+	live := l.Root == "/" || l.Root == ""
+	switch {
+	case cur == "" && good == "":
+		if !regular {
+			what := "nothing is there"
+			if statErr == nil {
+				what = "it is not a regular file (" + fi.Mode().Type().String() + ")"
+			}
+			return fmt.Errorf("no agent binary at %s (prefix %q from %s; %s): the agent service runs a copy of it; install it there first (install.sh --binary PATH, or place the binary at that path)", l.AgentBinary, l.Prefix, l.ConfigFile, what)
+		}
+		if live {
+			if _, err := TestRun(ctx, bin); err != nil {
+				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary, err)
+			}
+		}
+	case cur != "" && good != "" && regular:
+		same, err := sameFile(bin, slotPath(l, cur))
+		if err != nil {
+			return fmt.Errorf("compare %s with slot %s: %w", l.AgentBinary, cur, err)
+		}
+		if same {
+			return nil
+		}
+		// A new binary at agentBinary is adopted: that needs what adopt needs.
+		if r, err := LoadInFlight(l); err != nil {
+			return err
+		} else if r != nil {
+			return fmt.Errorf("a new binary at %s would replace the agent, but an upgrade to %s is in flight; wait for it to finish (aks-flex-node status --config %s)", l.AgentBinary, r.ToVersion, l.ConfigFile)
+		}
+		if cur != good {
+			return fmt.Errorf("a new binary at %s would replace the agent, but current (%s) and last-good (%s) differ; run systemctl start %s to repair the links", l.AgentBinary, cur, good, layout.RecoveryUnit)
+		}
+		if live {
+			if _, err := TestRun(ctx, bin); err != nil {
+				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary, err)
+			}
+		}
+	}
+	return nil
+}
