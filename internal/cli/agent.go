@@ -55,6 +55,13 @@ a reboot nothing else does), without waiting for the API server.`,
 			// before waiting for the cluster: health here means this
 			// binary runs, reads its config and finds its layout. An
 			// error exits 1 and recovery rolls back.
+			//
+			// Confirming at start rather than after the agent has run for
+			// a while is deliberate: what the agent does later depends on
+			// the cluster (an upgrade must neither wait for it nor be
+			// rolled back because it is away), and what an agent binary
+			// can break on its own shows by now. A crash after the
+			// confirmation is handled by Restart=, on the new slot.
 			if _, err := upgrade.Confirm(l, upgrade.RunningSlot(l), log); err != nil {
 				return err
 			}

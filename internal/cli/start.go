@@ -11,6 +11,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/preflight"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newStartCommand() *cobra.Command {
@@ -63,6 +64,12 @@ A second start on a converged host changes nothing and says so.`,
 			if report.Failed(opts.FailOnWarnings) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused by preflight before touching the host; nothing was changed")
 				return &exitError{code: ExitFailure, err: errSilent}
+			}
+			// The agent service is installed last, after the node has
+			// joined; what would make that fail is refused now instead.
+			if err := upgrade.CheckSeed(cmd.Context(), l); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused before touching the host; nothing was changed")
+				return fmt.Errorf("start: install-agent-service would fail: %w", err)
 			}
 			if _, err := p.Start(cmd.Context()); err != nil {
 				return fmt.Errorf("start: %w", err)

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -51,6 +52,23 @@ func Confirm(l layout.Layout, slot string, log *slog.Logger) (bool, error) {
 	if failpoint.Hit(StepConfirm) {
 		log.Warn("test build: not confirming the upgrade", "to", r.ToVersion)
 		return false, nil
+	}
+	// Everything from the deadline check to clearing the record happens
+	// under the links lock the recovery script takes too, so a
+	// confirmation and a rollback at the deadline cannot interleave:
+	// whichever takes the lock first decides, and the other sees its
+	// result. Waiting longer than the deadline is pointless: past it,
+	// confirming is refused anyway.
+	unlock, err := lockLinks(l, max(time.Until(r.Deadline), 0)+time.Second)
+	if err != nil {
+		return false, fmt.Errorf("confirm upgrade: %w", err)
+	}
+	defer unlock()
+	if r, err = LoadInFlight(l); err != nil {
+		return false, fmt.Errorf("confirm upgrade: %w", err)
+	}
+	if r == nil || r.ToSlot != slot {
+		return false, errors.New("confirm upgrade: recovery resolved the upgrade first (see aks-flex-node status)")
 	}
 	cur, err := linkSlot(l, l.UpgradeSlots.Current)
 	if err != nil {

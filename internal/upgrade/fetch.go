@@ -52,7 +52,11 @@ func openCandidate(ctx context.Context, binary, rawURL string) (io.ReadCloser, s
 			resp.Body.Close()
 			return nil, "", fmt.Errorf("download %s: %s", u.Redacted(), resp.Status)
 		}
-		return resp.Body, u.Redacted(), nil
+		if resp.ContentLength > maxCandidateSize {
+			resp.Body.Close()
+			return nil, "", &RefusedError{Reason: fmt.Sprintf("download %s: %d bytes is more than an agent binary can be (%d); nothing was changed", u.Redacted(), resp.ContentLength, maxCandidateSize)}
+		}
+		return &capped{r: io.LimitReader(resp.Body, maxCandidateSize+1), c: resp.Body, what: u.Redacted()}, u.Redacted(), nil
 	}
 	return nil, "", &RefusedError{Reason: "no candidate: give --binary PATH or --url URL"}
 }
@@ -73,3 +77,27 @@ func checkURL(u *url.URL) error {
 	}
 	return &RefusedError{Reason: fmt.Sprintf("--url %s: scheme %q is not https", u.Redacted(), u.Scheme)}
 }
+
+// maxCandidateSize bounds a downloaded candidate: the agent is a few tens of
+// MiB, and a server that never stops sending must not fill the lib dir's
+// filesystem (which may be /opt, next to everything else).
+var maxCandidateSize int64 = 512 << 20
+
+// capped reads a download and fails once it passes maxCandidateSize.
+type capped struct {
+	r    io.Reader
+	c    io.Closer
+	n    int64
+	what string
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > maxCandidateSize {
+		return n, fmt.Errorf("download %s: more than %d bytes, more than an agent binary can be", c.what, maxCandidateSize)
+	}
+	return n, err
+}
+
+func (c *capped) Close() error { return c.c.Close() }

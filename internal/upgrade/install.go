@@ -83,14 +83,17 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	return changed, nil
 }
 
-// UninstallService stops and removes the agent unit, then the recovery unit
-// and timer. The slots, links and recovery script stay: they are the
+// UninstallService stops and removes the recovery timer and unit, then the
+// agent unit. The slots, links and recovery script stay: they are the
 // binary, which reset keeps and uninstall.sh removes.
+//
+// Recovery goes first: a recovery run after the agent unit is gone would
+// restart an agent whose unit file was removed. An upgrade cut short here
+// is resolved the way recovery would resolve it, by pointing current back
+// at last-good, and its records go before the agent is stopped: the binary
+// reset keeps is then the confirmed one.
 func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, log *slog.Logger) (bool, error) {
-	changed, err := systemd.UninstallAgentService(ctx, l, m, log)
-	if err != nil {
-		return changed, err
-	}
+	changed := false
 	if m.Live() {
 		for _, u := range []string{layout.RecoveryTimer, layout.RecoveryUnit} {
 			if state, err := m.ActiveState(ctx, u); err == nil && state != "inactive" && state != "failed" {
@@ -107,6 +110,26 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 		}
 		changed = true
 	}
+	rolled, err := settleLinks(l, log)
+	if err != nil {
+		return changed, fmt.Errorf("uninstall-service: %w", err)
+	}
+	changed = changed || rolled
+	// The upgrade records go with the units that act on them, and
+	// before the agent stops: its ExecStopPost= then finds nothing in
+	// flight and starts no recovery.
+	for _, name := range []string{FailedFile, InFlightFile, ResultFile, LockFile, LinksLockFile} {
+		r, err := fsutil.RemoveIfExists(statePath(l, name))
+		if err != nil {
+			return changed, fmt.Errorf("uninstall-service: remove %s: %w", l.StateDir+"/"+name, err)
+		}
+		changed = changed || r
+	}
+	agentChanged, err := systemd.UninstallAgentService(ctx, l, m, log)
+	changed = changed || agentChanged
+	if err != nil {
+		return changed, err
+	}
 	removed := false
 	for _, p := range UnitPaths(l) {
 		r, err := fsutil.RemoveIfExists(l.OnRoot(p))
@@ -116,14 +139,6 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 		log.Debug("unit", "task", "remove-recovery-unit", "path", p, "changed", r)
 		removed = removed || r
 	}
-	// The upgrade records go with the units that act on them.
-	for _, name := range []string{FailedFile, InFlightFile, ResultFile, LockFile} {
-		r, err := fsutil.RemoveIfExists(statePath(l, name))
-		if err != nil {
-			return changed, fmt.Errorf("uninstall-service: remove %s: %w", l.StateDir+"/"+name, err)
-		}
-		changed = changed || r
-	}
 	if removed {
 		changed = true
 		if err := m.DaemonReload(ctx); err != nil {
@@ -132,4 +147,36 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 		_ = m.ResetFailed(ctx, layout.RecoveryUnit)
 	}
 	return changed, nil
+}
+
+// settleLinks points current back at last-good when they differ (an
+// upgrade in flight or cut short): nothing confirmed current then.
+func settleLinks(l layout.Layout, log *slog.Logger) (bool, error) {
+	differ := func() (string, string, error) {
+		good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+		if err != nil || good == "" {
+			return "", "", err
+		}
+		cur, _ := linkSlot(l, l.UpgradeSlots.Current)
+		return cur, good, nil
+	}
+	// Look first without the lock: taking it creates the lock file, and a
+	// second uninstall must change nothing.
+	if cur, good, err := differ(); err != nil || good == "" || cur == good {
+		return false, err
+	}
+	unlock, err := lockLinks(l, linksLockWait)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	cur, good, err := differ()
+	if err != nil || good == "" || cur == good {
+		return false, err
+	}
+	if _, err := pointLink(l, l.UpgradeSlots.Current, good); err != nil {
+		return false, err
+	}
+	log.Info("rolled back an unconfirmed upgrade", "task", "settle-upgrade-links", "current", good, "was", cur, "changed", true)
+	return true, nil
 }

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -25,6 +28,12 @@ const (
 	ResultFile   = "upgrade-result"
 	FailedFile   = "upgrade-agent-failed"
 	LockFile     = "upgrade.lock"
+	// LinksLockFile serializes every change of the links and the records
+	// between agent-upgrade, the confirming agent, the recovery script
+	// (flock(1)) and seeding: a confirmation and a rollback at the
+	// deadline must not interleave. LockFile is different: agent-upgrade
+	// holds it for its whole run, while it waits for recovery.
+	LinksLockFile = "upgrade-links.lock"
 )
 
 // InFlight is the record of an upgrade between the switch of `current` and
@@ -36,6 +45,13 @@ type InFlight struct {
 	ToVersion   string    `json:"toVersion"`
 	Deadline    time.Time `json:"deadline"`
 	Started     time.Time `json:"started"`
+	// SwitchMono (CLOCK_MONOTONIC, microseconds, like systemd's
+	// ExecMainStartTimestampMonotonic) and BootID are taken just before
+	// current is switched: an agent process systemd started earlier in
+	// the same boot is the old agent, whose failure (a stop that times
+	// out during the upgrade's restart) must not roll the new one back.
+	SwitchMono int64  `json:"-"`
+	BootID     string `json:"-"`
 }
 
 // Result is the record of the last upgrade's outcome, written by the
@@ -79,7 +95,11 @@ func writeKV(path string, kv [][2]string) error {
 	if _, err := fsutil.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return err
 	}
-	return nil
+	// The rename must be durable before anything acts on the record: the
+	// in-flight record is written before current is switched, and the
+	// lib dir holding current may be another filesystem, so a power cut
+	// could otherwise keep the switch and lose the record.
+	return fsutil.SyncDir(filepath.Dir(path))
 }
 
 func readKV(path string) (map[string]string, error) {
@@ -113,6 +133,8 @@ func LoadInFlight(l layout.Layout) (*InFlight, error) {
 		r.Deadline = time.Unix(d, 0)
 	}
 	r.Started, _ = time.Parse(time.RFC3339, m["started"])
+	r.SwitchMono, _ = strconv.ParseInt(m["switch_mono"], 10, 64)
+	r.BootID = m["boot_id"]
 	return r, nil
 }
 
@@ -124,7 +146,22 @@ func saveInFlight(l layout.Layout, r InFlight) error {
 		// act before the deadline.
 		{"deadline", strconv.FormatInt(r.Deadline.Add(time.Second-1).Unix(), 10)},
 		{"started", r.Started.UTC().Format(time.RFC3339)},
+		{"switch_mono", strconv.FormatInt(r.SwitchMono, 10)},
+		{"boot_id", r.BootID},
 	})
+}
+
+// bootIDFile names this boot; CLOCK_MONOTONIC restarts at every boot.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// switchClock returns the monotonic time in microseconds and the boot ID.
+func switchClock() (int64, string) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, ""
+	}
+	id, _ := os.ReadFile(bootIDFile)
+	return ts.Nano() / 1000, strings.TrimSpace(string(id))
 }
 
 // LoadResult returns the last upgrade or recovery record, or nil.

@@ -31,6 +31,7 @@ type scriptVars struct {
 	LibDir, StateDir, Current, LastGood, Blue, Green string
 	AgentUnit, RecoveryUnit, TimerUnit               string
 	InFlightFile, ResultFile, FailedFile             string
+	LinksLockFile, BootIDFile                        string
 }
 
 // checkLayout is the reason the prefix rule is narrow: every path here is
@@ -60,6 +61,7 @@ func RenderRecoveryScript(l layout.Layout) (string, error) {
 		Blue: filepath.Base(l.UpgradeSlots.Blue), Green: filepath.Base(l.UpgradeSlots.Green),
 		AgentUnit: layout.AgentUnitName, RecoveryUnit: layout.RecoveryUnit, TimerUnit: layout.RecoveryTimer,
 		InFlightFile: InFlightFile, ResultFile: ResultFile, FailedFile: FailedFile,
+		LinksLockFile: LinksLockFile, BootIDFile: bootIDFile,
 	})
 	if err != nil {
 		return "", fmt.Errorf("render %s: %w", layout.RecoveryScript, err)

@@ -167,6 +167,11 @@ func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 	if err := fsutil.MkdirAll(l.OnRoot(l.LibDir), 0o755); err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
+	unlock, err := lockLinks(l, linksLockWait)
+	if err != nil {
+		return res, fmt.Errorf("seed slots: %w", err)
+	}
+	defer unlock()
 	cur, err := linkSlot(l, l.UpgradeSlots.Current)
 	if err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
@@ -242,7 +247,10 @@ func adopt(ctx context.Context, l layout.Layout, bin, cur, good string) (string,
 	if err := copyIntoSlot(ctx, l, bin, slot); err != nil {
 		return "", err
 	}
-	for _, link := range []string{l.UpgradeSlots.Current, l.UpgradeSlots.LastGood} {
+	// last-good first: a crash in between leaves current behind last-good,
+	// which recovery resolves by pointing current at last-good, the
+	// adopted binary. The other order would be rolled back to the old one.
+	for _, link := range []string{l.UpgradeSlots.LastGood, l.UpgradeSlots.Current} {
 		if _, err := pointLink(l, link, slot); err != nil {
 			return "", err
 		}
@@ -290,4 +298,61 @@ func Kept(l layout.Layout) map[string]bool {
 		filepath.Base(l.UpgradeSlots.Current): true, filepath.Base(l.UpgradeSlots.LastGood): true,
 		filepath.Base(l.RecoveryScript): true,
 	}
+}
+
+// CheckSeed says, changing nothing, whether Seed would fail on this host.
+// start runs Seed in its install-agent-service task, after the node has
+// joined; a failure there would leave a node in the cluster with no agent
+// service, so start asks this before it touches the host.
+func CheckSeed(ctx context.Context, l layout.Layout) error {
+	bin := l.OnRoot(l.AgentBinary)
+	cur, err := linkSlot(l, l.UpgradeSlots.Current)
+	if err != nil {
+		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir, l.Prefix, err, layout.RecoveryUnit)
+	}
+	good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+	if err != nil {
+		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir, l.Prefix, err, layout.RecoveryUnit)
+	}
+	fi, statErr := os.Lstat(bin)
+	regular := statErr == nil && fi.Mode().IsRegular()
+	live := l.Root == "/" || l.Root == ""
+	switch {
+	case cur == "" && good == "":
+		if !regular {
+			what := "nothing is there"
+			if statErr == nil {
+				what = "it is not a regular file (" + fi.Mode().Type().String() + ")"
+			}
+			return fmt.Errorf("no agent binary at %s (prefix %q from %s; %s): the agent service runs a copy of it; install it there first (install.sh --binary PATH, or place the binary at that path)", l.AgentBinary, l.Prefix, l.ConfigFile, what)
+		}
+		if live {
+			if _, err := TestRun(ctx, bin); err != nil {
+				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary, err)
+			}
+		}
+	case cur != "" && good != "" && regular:
+		same, err := sameFile(bin, slotPath(l, cur))
+		if err != nil {
+			return fmt.Errorf("compare %s with slot %s: %w", l.AgentBinary, cur, err)
+		}
+		if same {
+			return nil
+		}
+		// A new binary at agentBinary is adopted: that needs what adopt needs.
+		if r, err := LoadInFlight(l); err != nil {
+			return err
+		} else if r != nil {
+			return fmt.Errorf("a new binary at %s would replace the agent, but an upgrade to %s is in flight; wait for it to finish (aks-flex-node status --config %s)", l.AgentBinary, r.ToVersion, l.ConfigFile)
+		}
+		if cur != good {
+			return fmt.Errorf("a new binary at %s would replace the agent, but current (%s) and last-good (%s) differ; run systemctl start %s to repair the links", l.AgentBinary, cur, good, layout.RecoveryUnit)
+		}
+		if live {
+			if _, err := TestRun(ctx, bin); err != nil {
+				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary, err)
+			}
+		}
+	}
+	return nil
 }

@@ -191,13 +191,20 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	}
 	rec := InFlight{FromSlot: plan.FromSlot, FromVersion: plan.FromVersion, ToSlot: plan.ToSlot, ToVersion: plan.ToVersion,
 		Started: time.Now(), Deadline: time.Now().Add(o.Deadline)}
+	rec.SwitchMono, rec.BootID = switchClock()
 	if err := saveInFlight(l, rec); err != nil {
 		return nil, err
+	}
+	// Again, now that the record exists: a recovery check that found no
+	// record between the first start and the write may have stopped the
+	// timer. Starting an active timer changes nothing.
+	if err := o.Manager.Start(ctx, layout.RecoveryTimer); err != nil {
+		return nil, fmt.Errorf("arm the upgrade deadline: %w", err)
 	}
 	failpoint.Hit(StepRecorded)
 
 	// 4. Switch and restart.
-	if _, err := pointLink(l, l.UpgradeSlots.Current, plan.ToSlot); err != nil {
+	if err := switchCurrent(l, rec); err != nil {
 		return nil, err
 	}
 	failpoint.Hit(StepSwitched)
@@ -214,6 +221,67 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	// 5. The new agent confirms, or recovery rolls back. Wait for either.
 	res, err := waitOutcome(ctx, l, rec)
 	return &Outcome{Plan: plan, Result: res}, err
+}
+
+// switchCurrent points current at the new slot, under the links lock and
+// only while the record written for this upgrade is still there: recovery
+// may have resolved it (the old agent crashed after the record was
+// written, and recovery wrote "aborted"), and switching then would leave
+// an unconfirmed slot current with nothing in flight.
+func switchCurrent(l layout.Layout, rec InFlight) error {
+	unlock, err := lockLinks(l, linksLockWait)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	r, err := LoadInFlight(l)
+	if err != nil {
+		return err
+	}
+	if r == nil || r.ToSlot != rec.ToSlot || r.ToVersion != rec.ToVersion || r.SwitchMono != rec.SwitchMono {
+		why := "it is gone"
+		if res, _ := LoadResult(l); res != nil && r == nil {
+			why = fmt.Sprintf("recovery resolved it: %s: %s", res.Result, res.Reason)
+		} else if r != nil {
+			why = "another upgrade's record replaced it"
+		}
+		return fmt.Errorf("the upgrade record for %s changed before current was switched (%s); nothing was switched, see aks-flex-node status", rec.ToVersion, why)
+	}
+	_, err = pointLink(l, l.UpgradeSlots.Current, rec.ToSlot)
+	return err
+}
+
+// linksLockWait bounds how long a change of the links waits for another
+// holder of the links lock; every holder keeps it only for a few renames.
+const linksLockWait = 30 * time.Second
+
+// lockLinks takes LinksLockFile (see there), polling so a caller is never
+// stuck in an uninterruptible wait.
+func lockLinks(l layout.Layout, wait time.Duration) (func(), error) {
+	if err := fsutil.MkdirAll(l.OnRoot(l.StateDir), 0o755); err != nil {
+		return nil, err
+	}
+	p := statePath(l, LinksLockFile)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	give := time.Now().Add(wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", l.StateDir+"/"+LinksLockFile, err)
+		}
+		if time.Now().After(give) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: still held after %v (by the recovery script or an upgrade); see journalctl -u %s", l.StateDir+"/"+LinksLockFile, wait, layout.RecoveryUnit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func checkSHA(s string) error {
@@ -258,13 +326,25 @@ func lock(l layout.Layout) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// staleAge is how old a link's temp file must be before cleanStale takes
+// it for a leftover: the recovery script and seeding create one between a
+// `ln` and a `mv`, and removing it there would make their rename fail.
+const staleAge = time.Minute
+
 // cleanStale removes temp files a killed upgrade left in the lib dir. No
-// link ever names them.
+// link ever names them. Candidates are only staged under the upgrade lock,
+// which the caller holds; link temp files are made by others too, so only
+// old ones go.
 func cleanStale(l layout.Layout) {
 	matches, _ := filepath.Glob(l.OnRoot(l.LibDir + "/.candidate-*"))
-	tmps, _ := filepath.Glob(l.OnRoot(l.LibDir + "/.*.tmp-*"))
-	for _, m := range append(matches, tmps...) {
+	for _, m := range matches {
 		os.Remove(m)
+	}
+	tmps, _ := filepath.Glob(l.OnRoot(l.LibDir + "/.*.tmp-*"))
+	for _, m := range tmps {
+		if fi, err := os.Lstat(m); err == nil && time.Since(fi.ModTime()) > staleAge {
+			os.Remove(m)
+		}
 	}
 }
 

@@ -250,6 +250,24 @@ func (u *upHost) clearAgentFailpoint(t *testing.T) {
 	u.RunOK(t, "systemctl", "daemon-reload")
 }
 
+// checkLastGood: after an upgrade from slot from to build cand was cut
+// short, last-good names the new slot only if the new agent confirmed it
+// (a result "upgraded" to cand, by the agent or completed by recovery);
+// otherwise it is still from, and so is current.
+func (u *upHost) checkLastGood(t *testing.T, s upgradeStatus, from, cand string) {
+	t.Helper()
+	if s.Last != nil && s.Last.Result == "upgraded" && s.Last.ToVersion == builds[cand].version {
+		if s.LastGood.Slot == from {
+			t.Errorf("result says upgraded to %s, but last-good is still %s: %+v", cand, from, s.Last)
+		}
+		return
+	}
+	if s.LastGood.Slot != from || s.Current.Slot != from {
+		u.dumpUpgrade(t)
+		t.Errorf("no confirmed upgrade to %s (last %+v), yet current %s / last-good %s moved from %s", cand, s.Last, s.Current.Slot, s.LastGood.Slot, from)
+	}
+}
+
 // scenarios runs good, preflight, downgrade, bad and hanging upgrades on
 // one host, in that order; each leaves the host converged for the next.
 func scenarios(t *testing.T, u *upHost) {
@@ -330,15 +348,19 @@ func TestUpgradeACLWithPrefix(t *testing.T) {
 	scenarios(t, u)
 
 	// Links a crash or a race left inconsistent, with nothing in flight:
-	// the recovery unit repairs them.
+	// the recovery unit repairs them by pointing current back at
+	// last-good, never by making current last-good: with nothing in
+	// flight, current differing from last-good was never confirmed (here
+	// last-good is pointed by hand at agent-blue, which still holds an
+	// agent that runs).
 	u.RunOK(t, "ln", "-sfn", "agent-blue", aclPrefix+"/lib/last-good")
 	u.RunOK(t, "systemctl", "start", "aks-flex-node-recovery.service")
-	if s := u.converge(t); s.LastGood.Slot != "agent-green" {
-		t.Errorf("recovery moved the running agent: %+v", s)
+	if s := u.converge(t); s.LastGood.Slot != "agent-blue" || s.Current.Slot != "agent-blue" {
+		t.Errorf("recovery did not point current back at last-good: %+v", s)
 	}
 	u.RunOK(t, "ln", "-sfn", "agent-nonexistent", aclPrefix+"/lib/current")
 	u.RunOK(t, "systemctl", "start", "aks-flex-node-recovery.service")
-	if s := u.converge(t); s.Current.Slot != "agent-green" {
+	if s := u.converge(t); s.Current.Slot != "agent-blue" {
 		t.Errorf("recovery did not repair a broken current: %+v", s)
 	}
 	assertNothingUnderUsr(t, u.Host)
@@ -375,11 +397,13 @@ func TestUpgradeKill9AtEveryStep(t *testing.T) {
 	u := newUpgradeHost(t, aclhost.ACL, aclPrefix, "fp1", "kill")
 	for _, step := range upgrade.UpgradeSteps {
 		t.Run(step, func(t *testing.T) {
-			_, errOut, code, _ := u.upgradeTo(t, []string{failpoint.EnvPoints + "=" + step + ":kill"}, u.otherFP(t), "--deadline", "6s", "--allow-downgrade")
+			from, cand := u.status(t).Current.Slot, u.otherFP(t)
+			_, errOut, code, _ := u.upgradeTo(t, []string{failpoint.EnvPoints + "=" + step + ":kill"}, cand, "--deadline", "6s", "--allow-downgrade")
 			if !strings.Contains(errOut, "failpoint "+step+": kill") || code == 0 {
 				t.Fatalf("agent-upgrade was not killed at %s (exit %d):\n%s", step, code, errOut)
 			}
 			s := u.converge(t)
+			u.checkLastGood(t, s, from, cand)
 			t.Logf("after kill -9 at %s: current %s (%s), last %+v", step, s.Current.Slot, s.CurrentVersion, s.Last)
 		})
 	}
@@ -388,12 +412,14 @@ func TestUpgradeKill9AtEveryStep(t *testing.T) {
 			dir := "/var/tmp/failpoints-kill-" + step
 			u.setAgentFailpoint(t, step+":kill", dir)
 			defer u.clearAgentFailpoint(t)
-			out, errOut, code, _ := u.upgradeTo(t, nil, u.otherFP(t), "--deadline", "20s", "--allow-downgrade")
+			from, cand := u.status(t).Current.Slot, u.otherFP(t)
+			out, errOut, code, _ := u.upgradeTo(t, nil, cand, "--deadline", "20s", "--allow-downgrade")
 			if _, err := os.Stat(u.Path(dir + "/" + step + ".reached")); err != nil {
 				u.dumpUpgrade(t)
 				t.Fatalf("the agent never reached %s (exit %d):\n%s\n%s", step, code, out, errOut)
 			}
 			s := u.converge(t)
+			u.checkLastGood(t, s, from, cand)
 			t.Logf("after kill -9 of the agent at %s: agent-upgrade exit %d, current %s (%s), last %+v", step, code, s.Current.Slot, s.CurrentVersion, s.Last)
 		})
 	}
@@ -419,7 +445,7 @@ func TestUpgradePowerCutAtEveryStep(t *testing.T) {
 			} else {
 				env = append(env, failpoint.EnvPoints+"="+step+":hang")
 			}
-			cand := u.otherFP(t)
+			from, cand := u.status(t).Current.Slot, u.otherFP(t)
 			args := append([]string{"env"}, env...)
 			args = append(args, u.bin, "agent-upgrade", "--config", u.cfg, "--binary", "/root/dist/"+cand,
 				"--sha256", fileSHA256(t, buildPath(cand)), "--deadline", "12s", "--allow-downgrade")
@@ -444,6 +470,7 @@ func TestUpgradePowerCutAtEveryStep(t *testing.T) {
 			}
 			must(t, u.PowerCycle(context.Background()))
 			s := u.converge(t)
+			u.checkLastGood(t, s, from, cand)
 			if agentStep[step] {
 				u.clearAgentFailpoint(t)
 			}
