@@ -5,8 +5,11 @@ package fsutil
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -92,4 +95,20 @@ func RemoveIfExists(path string) (removed bool, err error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// FileSHA256 returns the lowercase hex SHA-256 of the file at path and its
+// size, reading it as a stream.
+func FileSHA256(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

@@ -1,6 +1,7 @@
 package fsutil
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -60,5 +61,19 @@ func TestMkdirAllRejectsFile(t *testing.T) {
 	_ = os.WriteFile(p, nil, 0o600)
 	if err := MkdirAll(p, 0o755); err == nil {
 		t.Fatal("MkdirAll over a file succeeded")
+	}
+}
+
+func TestFileSHA256(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("abc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, n, err := FileSHA256(p)
+	if err != nil || n != 3 || sum != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Fatalf("FileSHA256 = %s, %d, %v", sum, n, err)
+	}
+	if _, _, err := FileSHA256(p + ".missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
 	}
 }

@@ -3,12 +3,9 @@ package upgrade
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -80,16 +77,8 @@ func pointLink(l layout.Layout, link, slot string) (bool, error) {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	sum, _, err := fsutil.FileSHA256(path)
+	return sum, err
 }
 
 // TestRun runs `<bin> version --output json` and returns the version it

@@ -1,11 +1,8 @@
 package aclhost
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -13,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
 // ChangeKind says what happened to a path in a host's overlay.
@@ -259,16 +258,8 @@ func excluded(p string, excludes []string) bool {
 }
 
 func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	sum, _, err := fsutil.FileSHA256(p)
+	return sum, err
 }
 
 // Diff lists the differences from a to b, sorted by path: "+ path entry"
