@@ -91,11 +91,11 @@ func newResetCommand() *cobra.Command {
 		Short:   "Undo start: stop and remove the machine, agent units, state and logs (keeps the binary)",
 		Long: `Stop kubelet, containerd and the machine; remove the machine and its nspawn
 files, the agent units (and the recovery unit and timer), the applied state,
-the logs and the layout's lib dir content; everything start created is
-tracked, so exactly that is removed. The agent binary stays, with its upgrade
-slots, links and recovery script (uninstall.sh removes them). Safe to run twice and after a
-half-finished start. The layout comes from --config; an absent config selects
-the default layout.`,
+the staged bundles and the logs; everything start created is tracked, so
+exactly that is removed. The agent binary stays, with its upgrade slots,
+links and recovery script (uninstall.sh removes them). Safe to run twice and
+after a half-finished start. The layout comes from --config; an absent config
+selects the default layout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
