@@ -182,7 +182,7 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	// exists without a timer to resolve it (a check that finds no record
 	// stops the timer again).
 	_ = o.Manager.ResetFailed(ctx, layout.RecoveryTimer)
-	if err := o.Manager.Start(ctx, layout.RecoveryTimer); err != nil {
+	if err := armTimer(ctx, o.Manager); err != nil {
 		return nil, fmt.Errorf("arm the upgrade deadline: %w", err)
 	}
 	failpoint.Hit(StepTimerArmed)
@@ -198,7 +198,7 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	// Again, now that the record exists: a recovery check that found no
 	// record between the first start and the write may have stopped the
 	// timer. Starting an active timer changes nothing.
-	if err := o.Manager.Start(ctx, layout.RecoveryTimer); err != nil {
+	if err := armTimer(ctx, o.Manager); err != nil {
 		return nil, fmt.Errorf("arm the upgrade deadline: %w", err)
 	}
 	failpoint.Hit(StepRecorded)
@@ -426,4 +426,25 @@ func waitOutcome(ctx context.Context, l layout.Layout, rec InFlight) (*Result, e
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// armTimer starts the recovery timer, again if systemd cancels the start.
+// A recovery check of an earlier upgrade that finds nothing in flight stops
+// the timer with a job of its own; when that job lands while ours is queued,
+// systemd cancels ours ("Job for aks-flex-node-recovery.timer canceled"),
+// which says nothing about this upgrade. Seen in the upgrade tests when one
+// upgrade followed another within the timer's two seconds.
+func armTimer(ctx context.Context, m *systemd.Manager) error {
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if err = m.Start(ctx, layout.RecoveryTimer); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+	return err
 }
