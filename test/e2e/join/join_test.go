@@ -18,12 +18,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/e2e/netlab"
 	"github.com/Azure/aks-flex-node/test/fixtures"
 )
@@ -41,6 +38,9 @@ func buildAgent(t *testing.T, out string) {
 		t.Fatalf("build agent: %v\n%s", err, b)
 	}
 }
+
+// helloCommand is what the test pods run; their logs must say it.
+var helloCommand = []string{"sh", "-c", "echo hello from aks-flex-node"}
 
 // scenario is one kind of host joining.
 type scenario struct {
@@ -169,6 +169,17 @@ func (e *env) run(t *testing.T, sc scenario) {
 			t.Fatal(err)
 		}
 	}
+	// What the node's machine logged, when a step failed (registered after
+	// the host, so it runs before the host stops).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, unit := range []string{"kubelet", "containerd"} {
+			j, _, _ := h.Run(context.Background(), "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "80", "-u", unit)
+			t.Logf("%s in kube1:\n%s", unit, j)
+		}
+	})
 	must(h.CopyIn(e.dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755))
 	for _, s := range []string{"install.sh", "uninstall.sh"} {
 		must(h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755))
@@ -202,10 +213,10 @@ func (e *env) run(t *testing.T, sc scenario) {
 	install()
 	_, first := join("first")
 	client := e.cp.Client
-	waitReady(t, ctx, client, sc.nodeName)
+	kubetest.WaitReady(ctx, t, client, sc.nodeName, 2*time.Minute)
 
 	// A busybox pod from the bundle runs and its logs come back through the API server.
-	logs := runPod(t, ctx, client, h, sc.nodeName, "hello-"+sc.name)
+	logs := kubetest.RunPod(ctx, t, client, sc.nodeName, "hello-"+sc.name, fixtures.BusyboxImageRef, helloCommand, 2*time.Minute)
 	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
 		t.Errorf("pod logs %q", logs)
 	}
@@ -239,7 +250,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	// (the Node's Ready condition alone could still be the stale one).
 	cut := time.Now()
 	must(h.PowerCycle(ctx))
-	logs = runPod(t, ctx, client, h, sc.nodeName, "after-power-cut-"+sc.name)
+	logs = kubetest.RunPod(ctx, t, client, sc.nodeName, "after-power-cut-"+sc.name, fixtures.BusyboxImageRef, helloCommand, 2*time.Minute)
 	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
 		t.Errorf("pod logs after the power cut %q", logs)
 	}
@@ -261,7 +272,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	// A fresh start joins again.
 	install()
 	join("fresh")
-	waitReady(t, ctx, client, sc.nodeName)
+	kubetest.WaitReady(ctx, t, client, sc.nodeName, 2*time.Minute)
 	h.RunOK(t, sc.agent, "reset")
 }
 
@@ -346,68 +357,4 @@ func sha256File(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return strings.Fields(string(out))[0]
-}
-
-func waitReady(t *testing.T, ctx context.Context, c *kubernetes.Clientset, nodeName string) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		n, err := c.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err == nil {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					return
-				}
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("node %s not Ready", nodeName)
-}
-
-func runPod(t *testing.T, ctx context.Context, c *kubernetes.Clientset, h *aclhost.Host, nodeName, name string) string {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName:      nodeName,
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name: "hello", Image: fixtures.BusyboxImageRef, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", "echo hello from aks-flex-node"},
-			}},
-		},
-	}
-	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	var phase corev1.PodPhase
-	for time.Now().Before(deadline) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			phase = p.Status.Phase
-			if phase == corev1.PodSucceeded {
-				break
-			}
-			if phase == corev1.PodFailed {
-				t.Fatalf("pod failed: %+v", p.Status)
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if phase != corev1.PodSucceeded {
-		p, _ := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		var events []string
-		if evs, err := c.CoreV1().Events("default").List(ctx, metav1.ListOptions{}); err == nil {
-			for _, e := range evs.Items {
-				events = append(events, e.Reason+": "+e.Message)
-			}
-		}
-		j, _, _ := h.Run(ctx, "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "60", "-u", "containerd")
-		t.Fatalf("pod not Succeeded: %s\nevents:\n%s\ncontainerd:\n%s", p.Status.Phase, strings.Join(events, "\n"), j)
-	}
-	b, err := c.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatalf("pod logs through the API server: %v", err)
-	}
-	return string(b)
 }
