@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
-	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -26,8 +25,8 @@ const (
 	MachineSbinDir = "/usr/local/sbin"
 	CNIBinDir      = "/opt/cni/bin"
 	// ImageDir holds image archives for the node package to import into
-	// containerd. The agent's state dir has the same path in the machine.
-	ImageDir = layout.StateDir + "/images"
+	// containerd (inside the machine, not the host's state dir).
+	ImageDir = "/var/lib/aks-flex-node/images"
 )
 
 const (

@@ -35,11 +35,6 @@ var Sysctls = [][2]string{
 	{"kernel.panic_on_oops", "1"},
 }
 
-const (
-	sysctlDropIn = "/etc/sysctl.d/90-aks-flex-node.conf"
-	modulesLoad  = "/etc/modules-load.d/aks-flex-node.conf"
-)
-
 // Runner executes host commands; tests replace it.
 type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
@@ -91,11 +86,11 @@ func loadedModules(procDir string) map[string]bool {
 
 func (p *Pipeline) kernelModulesTask() task.Task {
 	return task.Func{N: "load-kernel-modules", F: func(ctx context.Context) (task.Result, error) {
-		changed, err := fsutil.WriteFile(p.Layout.OnRoot(modulesLoad), []byte(strings.Join(RequiredModules, "\n")+"\n"), 0o644)
+		changed, err := fsutil.WriteFile(p.Layout.OnRoot(p.Layout.ModulesLoadFile()), []byte(strings.Join(RequiredModules, "\n")+"\n"), 0o644)
 		if err != nil {
 			return task.Result{}, err
 		}
-		if err := p.track(modulesLoad); err != nil {
+		if err := p.track(p.Layout.ModulesLoadFile()); err != nil {
 			return task.Result{}, err
 		}
 		loaded := loadedModules(p.procDir())
@@ -124,11 +119,11 @@ func (p *Pipeline) sysctlTask() task.Task {
 		for _, kv := range Sysctls {
 			fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
 		}
-		changed, err := fsutil.WriteFile(p.Layout.OnRoot(sysctlDropIn), []byte(b.String()), 0o644)
+		changed, err := fsutil.WriteFile(p.Layout.OnRoot(p.Layout.SysctlDropIn()), []byte(b.String()), 0o644)
 		if err != nil {
 			return task.Result{}, err
 		}
-		if err := p.track(sysctlDropIn); err != nil {
+		if err := p.track(p.Layout.SysctlDropIn()); err != nil {
 			return task.Result{}, err
 		}
 		for _, kv := range Sysctls {
@@ -181,7 +176,7 @@ func (p *Pipeline) layoutDirsTask() task.Task {
 				return task.Result{Changed: changed}, err
 			}
 			changed = true
-			if se := hostos.DetectSELinux(p.Layout.Root); se.Mode == "enforcing" || se.Mode == "permissive" {
+			if se := hostos.DetectSELinux(p.Layout.Root()); se.Mode == "enforcing" || se.Mode == "permissive" {
 				if out, err := p.run(ctx, "restorecon", "-R", path); err != nil {
 					return task.Result{Changed: true}, fmt.Errorf("restorecon %s: %v: %s", d, err, bytes.TrimSpace(out))
 				}

@@ -27,7 +27,7 @@ func (p *Pipeline) inMachine(ctx context.Context, args ...string) ([]byte, error
 
 // logHint says where to look when a step inside the machine hangs.
 func (p *Pipeline) logHint(unit string) string {
-	return fmt.Sprintf("its log: journalctl -D %s/var/log/journal -u %s (or, inside: machinectl shell %s)", machine.Dir("/", p.machineName()), unit, p.machineName())
+	return fmt.Sprintf("its log: journalctl -D %s/var/log/journal -u %s (or, inside: machinectl shell %s)", p.Layout.MachineDir(p.machineName()), unit, p.machineName())
 }
 
 func (p *Pipeline) startMachineTask() task.Task {
@@ -184,15 +184,15 @@ func hostKubeconfig(path, machineRoot string) (*rest.Config, error) {
 
 func (p *Pipeline) saveStateTask() task.Task {
 	return task.Func{N: "save-state", F: func(ctx context.Context) (task.Result, error) {
-		digest, _ := machine.ImageDigest(p.Layout.Root, p.machineName())
-		dir := p.Layout.OnRoot(p.Layout.StateDir)
-		if err := p.track(p.Layout.StateDir+"/"+state.AppliedFile, p.Layout.StateDir+"/"+state.AppliedFile+".sha256"); err != nil {
+		digest, _ := machine.ImageDigest(p.Layout, p.machineName())
+		dir := p.Layout.OnRoot(p.Layout.StateDir())
+		if err := p.track(p.Layout.StateDir()+"/"+state.AppliedFile, p.Layout.StateDir()+"/"+state.AppliedFile+".sha256"); err != nil {
 			return task.Result{}, err
 		}
 		changed, err := state.SaveApplied(dir, state.Applied{
 			ConfigFile:        p.ConfigFile,
 			ConfigSHA256:      state.ConfigDigest(p.ConfigData),
-			Prefix:            p.Layout.Prefix,
+			Prefix:            p.Layout.Prefix(),
 			NodeName:          p.Config.Agent.NodeName,
 			Machine:           p.machineName(),
 			ImageDigest:       digest,
@@ -206,19 +206,19 @@ func (p *Pipeline) saveStateTask() task.Task {
 
 func (p *Pipeline) agentServiceTask() task.Task {
 	return task.Func{N: "install-agent-service", F: func(ctx context.Context) (task.Result, error) {
-		if err := p.track(append([]string{p.Layout.Units.Agent}, upgrade.UnitPaths(p.Layout)...)...); err != nil {
+		if err := p.track(append([]string{p.Layout.Units().Agent}, upgrade.UnitPaths(p.Layout)...)...); err != nil {
 			return task.Result{}, err
 		}
 		// The same code as install-service: on a host whose binary was
 		// placed at agentBinary (Ignition), this seeds the upgrade slots.
-		changed, err := upgrade.InstallService(ctx, p.Layout, systemd.NewManager(p.Layout.Root), p.Log)
+		changed, err := upgrade.InstallService(ctx, p.Layout, systemd.NewManager(p.Layout.Root()), p.Log)
 		return task.Result{Changed: changed}, err
 	}}
 }
 
 func (p *Pipeline) joinedMarkerTask() task.Task {
 	return task.Func{N: "write-joined-marker", F: func(ctx context.Context) (task.Result, error) {
-		path := p.Layout.StateDir + "/" + JoinedMarker
+		path := p.Layout.StateDir() + "/" + JoinedMarker
 		if err := p.track(path); err != nil {
 			return task.Result{}, err
 		}

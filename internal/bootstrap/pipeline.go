@@ -28,7 +28,7 @@ import (
 )
 
 // DefaultMachine is the active side of the blue/green pair.
-const DefaultMachine = "kube1"
+const DefaultMachine = layout.MachineBlue
 
 // JoinedMarker is written last by a successful start; a first-boot unit
 // uses ConditionPathExists=! on it so provisioning runs once. The name is
@@ -77,13 +77,13 @@ func (p *Pipeline) machineName() string {
 	return DefaultMachine
 }
 
-func (p *Pipeline) machineRoot() string { return machine.Dir(p.Layout.Root, p.machineName()) }
+func (p *Pipeline) machineRoot() string { return machine.Dir(p.Layout, p.machineName()) }
 
 // track records a host path before it is created, so reset can remove it
 // even after a crash half-way through start.
 func (p *Pipeline) track(paths ...string) error {
 	if p.tracker == nil {
-		dir := p.Layout.OnRoot(p.Layout.StateDir)
+		dir := p.Layout.OnRoot(p.Layout.StateDir())
 		_, statErr := os.Stat(dir)
 		if err := fsutil.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -94,7 +94,7 @@ func (p *Pipeline) track(paths ...string) error {
 		}
 		p.tracker = t
 		if errors.Is(statErr, os.ErrNotExist) {
-			if err := t.Add(p.Layout.StateDir); err != nil {
+			if err := t.Add(p.Layout.StateDir()); err != nil {
 				return err
 			}
 		}
@@ -130,7 +130,7 @@ func (p *Pipeline) Records() []task.Record { return p.runner.Rec }
 func (p *Pipeline) Start(ctx context.Context) (changed bool, err error) {
 	p.init()
 	start := time.Now()
-	mode, err := machine.HostCgroupMode(p.Layout.Root)
+	mode, err := machine.HostCgroupMode(p.Layout.Root())
 	if err != nil {
 		return false, fmt.Errorf("detect cgroup mode: %w", err)
 	}
@@ -172,10 +172,10 @@ func (p *Pipeline) provisionTask() task.Task {
 			return task.Result{}, errors.New("bootstrap.ociImage is not set in " + p.ConfigFile + ": name the worker image (registry reference or oci-layout:///dir:tag)")
 		}
 		name := p.machineName()
-		if err := p.track(machine.MachinesDir+"/"+name, layout.StateDir+"/machines"); err != nil {
+		if err := p.track(p.Layout.MachineDir(name), p.Layout.MachineStateDir()); err != nil {
 			return task.Result{}, err
 		}
-		return machine.Provision(ctx, p.Layout.Root, name, p.Config.Bootstrap.OCIImage, p.Log)
+		return machine.Provision(ctx, p.Layout, name, p.Config.Bootstrap.OCIImage, p.Log)
 	}}
 }
 
@@ -185,11 +185,6 @@ func (p *Pipeline) components() artifact.Components { return WantComponents(p.Co
 func WantComponents(c *config.Config) artifact.Components {
 	return artifact.Components{Kubernetes: c.Components.Kubernetes, Containerd: c.Components.Containerd, Runc: c.Components.Runc, CNI: c.Networking.CNIVersion}
 }
-
-// bundlesDir holds staged bundles: pulled from a registry or downloaded
-// from upstream. Never under /usr: on ACL it is read-only, and staged
-// bundles are state.
-const bundlesDir = layout.StateDir + "/bundles"
 
 // stagedMarker in a staged registry bundle records the artifact digest it
 // was pulled and verified from.
@@ -216,8 +211,8 @@ func (p *Pipeline) stageBundle(ctx context.Context) (string, bool, error) {
 		}
 		return p.Layout.OnRoot(dir), false, nil
 	}
-	staged := bundlesDir + "/k8s-" + p.Config.Components.Kubernetes
-	if err := p.track(bundlesDir, staged); err != nil {
+	staged := p.Layout.BundlesDir() + "/k8s-" + p.Config.Components.Kubernetes
+	if err := p.track(p.Layout.BundlesDir(), staged); err != nil {
 		return "", false, err
 	}
 	dir := p.Layout.OnRoot(staged)
@@ -250,8 +245,8 @@ func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, bool, erro
 	if len(ps) > 0 {
 		return "", false, artifact.Problems(ps)
 	}
-	staged := bundlesDir + "/oci-" + rem.Digest.Hex[:16]
-	if err := p.track(bundlesDir, staged); err != nil {
+	staged := p.Layout.BundlesDir() + "/oci-" + rem.Digest.Hex[:16]
+	if err := p.track(p.Layout.BundlesDir(), staged); err != nil {
 		return "", false, err
 	}
 	dir := p.Layout.OnRoot(staged)
@@ -288,7 +283,7 @@ func (p *Pipeline) stageOCI(ctx context.Context, ref string) (string, bool, erro
 // removeStaleBundles removes every staged bundle but the one in use, so
 // upgrades do not pile up old versions under the state dir.
 func (p *Pipeline) removeStaleBundles(current string) error {
-	root := p.Layout.OnRoot(bundlesDir)
+	root := p.Layout.OnRoot(p.Layout.BundlesDir())
 	des, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -303,7 +298,7 @@ func (p *Pipeline) removeStaleBundles(current string) error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("remove stale staged bundle %s: %w", d, err)
 		}
-		p.Log.Info("removed stale staged bundle", "dir", filepath.Join(bundlesDir, de.Name()))
+		p.Log.Info("removed stale staged bundle", "dir", filepath.Join(p.Layout.BundlesDir(), de.Name()))
 	}
 	return nil
 }
@@ -399,15 +394,16 @@ func (p *Pipeline) nspawnFilesTask(mode string) task.Task {
 	return task.Func{N: "write-nspawn-files", F: func(ctx context.Context) (task.Result, error) {
 		name := p.machineName()
 		// The .nspawn dir is ours only if we are the ones creating it.
-		if _, err := os.Stat(p.Layout.OnRoot(filepath.Dir(machine.NspawnPath(name)))); errors.Is(err, os.ErrNotExist) {
-			if err := p.track(filepath.Dir(machine.NspawnPath(name))); err != nil {
+		if _, err := os.Stat(p.Layout.OnRoot(p.Layout.NspawnDir())); errors.Is(err, os.ErrNotExist) {
+			if err := p.track(p.Layout.NspawnDir()); err != nil {
 				return task.Result{}, err
 			}
 		}
-		if err := p.track(machine.NspawnPath(name), filepath.Dir(machine.DropInPath(name)), machine.DropInPath(name)); err != nil {
+		dropIn := p.Layout.MachineDropIn(name)
+		if err := p.track(p.Layout.NspawnFile(name), filepath.Dir(dropIn), dropIn); err != nil {
 			return task.Result{}, err
 		}
-		changed, err := machine.WriteFiles(p.Layout.Root, name, machine.Options{AdditionalHostDevices: p.Config.Bootstrap.AdditionalHostDevices, CgroupMode: mode})
+		changed, err := machine.WriteFiles(p.Layout, name, machine.Options{AdditionalHostDevices: p.Config.Bootstrap.AdditionalHostDevices, CgroupMode: mode})
 		return task.Result{Changed: changed}, err
 	}}
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/systemd"
@@ -27,7 +26,7 @@ var keepInStateDir = map[string]bool{"install-record": true}
 // uninstall.sh removes it.
 func (p *Pipeline) Reset(ctx context.Context) (bool, error) {
 	p.init()
-	mgr := systemd.NewManager(p.Layout.Root)
+	mgr := systemd.NewManager(p.Layout.Root())
 	tasks := []task.Task{
 		task.Func{N: "remove-agent-service", F: func(ctx context.Context) (task.Result, error) {
 			changed, err := upgrade.UninstallService(ctx, p.Layout, mgr, p.Log)
@@ -46,7 +45,7 @@ func (p *Pipeline) Reset(ctx context.Context) (bool, error) {
 				}
 				_ = mgr.ResetFailed(ctx, machine.ServiceName(name))
 			}
-			removed, err := machine.Remove(p.Layout.Root, name)
+			removed, err := machine.Remove(p.Layout, name)
 			return task.Result{Changed: changed || removed}, err
 		}})
 	}
@@ -59,7 +58,7 @@ func (p *Pipeline) Reset(ctx context.Context) (bool, error) {
 }
 
 func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
-	dir := p.Layout.OnRoot(p.Layout.StateDir)
+	dir := p.Layout.OnRoot(p.Layout.StateDir())
 	tr, err := state.OpenTracker(dir)
 	if err != nil {
 		return task.Result{}, err
@@ -68,12 +67,12 @@ func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
 	// Files start writes without tracking them one by one live in these
 	// dirs: the applied state and the staged bundles.
 	paths = append(paths,
-		p.Layout.StateDir+"/"+state.AppliedFile, p.Layout.StateDir+"/"+state.AppliedFile+".sha256",
-		p.Layout.StateDir+"/"+JoinedMarker, p.Layout.StateDir+"/"+state.TrackerFile)
+		p.Layout.StateDir()+"/"+state.AppliedFile, p.Layout.StateDir()+"/"+state.AppliedFile+".sha256",
+		p.Layout.StateDir()+"/"+JoinedMarker, p.Layout.StateDir()+"/"+state.TrackerFile)
 	changed := false
 	var errs []error
 	// Owned wholesale: everything inside is ours.
-	owned := map[string]bool{p.Layout.LogDir: true, bundlesDir: true, layout.StateDir + "/machines": true}
+	owned := map[string]bool{p.Layout.LogDir(): true, p.Layout.BundlesDir(): true, p.Layout.MachineStateDir(): true}
 	for _, hp := range dedupeDeepestFirst(paths) {
 		full := p.Layout.OnRoot(hp)
 		fi, err := os.Lstat(full)
@@ -87,11 +86,11 @@ func (p *Pipeline) removeTracked(ctx context.Context) (task.Result, error) {
 		switch {
 		case !fi.IsDir():
 			err = os.Remove(full)
-		case owned[hp], strings.HasPrefix(hp, bundlesDir+"/"):
+		case owned[hp], strings.HasPrefix(hp, p.Layout.BundlesDir()+"/"):
 			err = os.RemoveAll(full)
-		case hp == p.Layout.StateDir:
+		case hp == p.Layout.StateDir():
 			err = removeDirExcept(full, keepInStateDir)
-		case hp == p.Layout.LibDir:
+		case hp == p.Layout.LibDir():
 			// The upgrade slots, their links and the recovery script are
 			// the agent binary, which reset keeps.
 			err = removeDirExcept(full, upgrade.Kept(p.Layout))

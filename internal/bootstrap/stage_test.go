@@ -132,7 +132,7 @@ func TestStageOCI(t *testing.T) {
 
 	p := stagePipeline(t, src, nil)
 	l, c := p.Layout, p.Config
-	stale := l.OnRoot(bundlesDir + "/k8s-1.34.0")
+	stale := l.OnRoot(l.BundlesDir() + "/k8s-1.34.0")
 	os.MkdirAll(stale, 0o755)
 
 	dir, err := p.bundleDir(ctx)

@@ -166,7 +166,7 @@ func installedRoots(machineRoot string) []string {
 }
 
 func (p *Pipeline) stampPath() string {
-	return p.Layout.OnRoot(filepath.Join(p.Layout.StateDir, componentsStamp))
+	return p.Layout.OnRoot(filepath.Join(p.Layout.StateDir(), componentsStamp))
 }
 
 // componentsUnchanged reports whether the bundle and the installed files
@@ -209,7 +209,7 @@ func (p *Pipeline) saveComponentsStamp(bundleDir string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.track(filepath.Join(p.Layout.StateDir, componentsStamp)); err != nil {
+	if err := p.track(filepath.Join(p.Layout.StateDir(), componentsStamp)); err != nil {
 		return err
 	}
 	_, err = fsutil.WriteFile(p.stampPath(), data, 0o600)

@@ -113,7 +113,7 @@ Exit status: 0 rendered, 1 the output could not be written, 2 invalid input.`,
 				dest = "stdout"
 			}
 			fmt.Fprintf(errw, "rendered Ignition %s (%d bytes) to %s: %s (0600), %s (0755), %s enabled, runs once until %s exists\n",
-				r.Spec, len(r.JSON), dest, r.Layout.ConfigFile, r.Layout.AgentBinary, r.Layout.FirstBootUnit(), r.Layout.JoinedMarker())
+				r.Spec, len(r.JSON), dest, r.Layout.ConfigFile(), r.Layout.AgentBinary(), r.Layout.FirstBootUnit(), r.Layout.JoinedMarker())
 			return nil
 		},
 	}

@@ -46,7 +46,7 @@ is written and enabled in that tree only (image baking).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s installed (changed=%t): ExecStart=%s agent --config %s\n", layout.AgentUnitName, changed, l.UpgradeSlots.Current, path)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s installed (changed=%t): ExecStart=%s agent --config %s\n", layout.AgentUnitName, changed, l.UpgradeSlots().Current, path)
 			return nil
 		},
 	}

@@ -314,7 +314,7 @@ func TestLookupLayout(t *testing.T) {
 	cfgPath := "/etc/aks-flex-node/config.json"
 	// Absent: default layout.
 	l, err := LookupLayout(root, cfgPath, nil)
-	if err != nil || l.Prefix != "" || l.BinDir != "/usr/local/bin" {
+	if err != nil || l.Prefix() != "" || l.BinDir() != "/usr/local/bin" {
 		t.Fatalf("absent config: %+v, %v", l, err)
 	}
 	// Present and valid: its prefix.
@@ -328,7 +328,7 @@ func TestLookupLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err = LookupLayout(root, cfgPath, nil)
-	if err != nil || l.AgentBinary != "/opt/aks-flex-node/bin/aks-flex-node" || l.ConfigFile != cfgPath {
+	if err != nil || l.AgentBinary() != "/opt/aks-flex-node/bin/aks-flex-node" || l.ConfigFile() != cfgPath {
 		t.Fatalf("valid config: %+v, %v", l, err)
 	}
 	// Present but invalid: an error naming the file.
@@ -347,7 +347,7 @@ func TestLookupLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err = LookupLayout(root, cfgPath, nil)
-	if err != nil || l.Prefix != "" {
+	if err != nil || l.Prefix() != "" {
 		t.Fatalf("unreadable config: %+v, %v", l, err)
 	}
 }

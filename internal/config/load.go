@@ -64,14 +64,20 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-// Layout resolves the layout this config declares, on root.
+// Layout resolves the layout this config declares, on root. A validated
+// config hands out the layout Validate made; one changed or never validated
+// since is resolved here.
 func (c *Config) Layout(root, configFile string) (layout.Layout, error) {
-	l, err := layout.New(root, c.Agent.HostPrefix, c.Agent.LogDir)
-	if err != nil {
-		return layout.Layout{}, fmt.Errorf("agent.hostPrefix: %w", err)
+	l := c.layout
+	if l.Check() != nil || l.Prefix() != c.Agent.HostPrefix || (c.Agent.LogDir != "" && l.LogDir() != c.Agent.LogDir) {
+		var err error
+		if l, err = layout.New(root, c.Agent.HostPrefix, c.Agent.LogDir); err != nil {
+			return layout.Layout{}, fmt.Errorf("agent.hostPrefix: %w", err)
+		}
 	}
+	l = l.WithRoot(root)
 	if configFile != "" {
-		l.ConfigFile = configFile
+		l = l.WithConfigFile(configFile)
 	}
 	return l, nil
 }
@@ -92,7 +98,7 @@ func LookupLayout(root, configFile string, log *slog.Logger) (layout.Layout, err
 	if err != nil {
 		return layout.Layout{}, err
 	}
-	l.ConfigFile = configFile
+	l = l.WithConfigFile(configFile)
 	data, err := os.ReadFile(l.OnRoot(configFile))
 	if err != nil {
 		reason := "unreadable"

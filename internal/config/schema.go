@@ -3,6 +3,8 @@
 // points started by systemd use to find the layout.
 package config
 
+import "github.com/Azure/aks-flex-node/internal/layout"
+
 // Config is the whole configuration file. JSON names are public API: users
 // already have files with these section and key names.
 type Config struct {
@@ -13,6 +15,9 @@ type Config struct {
 	Networking Networking `json:"networking"`
 	Node       Node       `json:"node"`
 	NPD        NPD        `json:"npd"`
+
+	// layout is what Validate made of agent.hostPrefix and agent.logDir.
+	layout layout.Layout
 }
 
 type Azure struct {

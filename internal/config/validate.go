@@ -151,8 +151,12 @@ func Validate(c *Config) ValidationErrors {
 		add("agent.nodeName", "%q %s", ag.NodeName, msg)
 	}
 	validDuration(ag.MachineReconcileInterval, "agent.machineReconcileInterval", add)
-	if err := layout.ValidatePrefix(ag.HostPrefix); err != nil {
+	// The layout is made here, once: layout.New is where the prefix rule
+	// runs, and Layout hands out what it made.
+	if l, err := layout.New("/", ag.HostPrefix, ag.LogDir); err != nil {
 		add("agent.hostPrefix", "%s", err.Error())
+	} else {
+		c.layout = l
 	}
 
 	// components

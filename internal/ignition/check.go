@@ -13,6 +13,8 @@ import (
 	ignerrors "github.com/coreos/ignition/v2/config/shared/errors"
 	"github.com/coreos/ignition/v2/config/util"
 	"github.com/coreos/vcontext/report"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 // Entry is one finding about a config, at a JSON path ("$.storage.files.0.path").
@@ -60,7 +62,7 @@ func Check(file string, raw []byte) CheckResult {
 	}
 	for _, u := range UsrPaths(raw) {
 		res.Entries = append(res.Entries, Entry{Severity: "error", Path: u.JSONPath,
-			Message: fmt.Sprintf("%s is under /usr, which is read-only on Azure Container Linux, in a config that installs aks-flex-node; set agent.hostPrefix (for example /opt/aks-flex-node) and render the config with `aks-flex-node ignition render`", u.Path)})
+			Message: fmt.Sprintf("%s is under /usr, which is read-only on Azure Container Linux, in a config that installs aks-flex-node; set agent.hostPrefix (for example %s) and render the config with `aks-flex-node ignition render`", u.Path, layout.SuggestedPrefix)})
 	}
 	res.Valid = true
 	for _, e := range res.Entries {

@@ -143,7 +143,7 @@ func Render(o Options) (*Rendered, error) {
 	yes := true
 	cfg.Storage.Files = []t33.File{
 		{
-			Node: t33.Node{Path: l.ConfigFile, Overwrite: &yes, User: t33.NodeUser{ID: &root}, Group: t33.NodeGroup{ID: &root}},
+			Node: t33.Node{Path: l.ConfigFile(), Overwrite: &yes, User: t33.NodeUser{ID: &root}, Group: t33.NodeGroup{ID: &root}},
 			FileEmbedded1: t33.FileEmbedded1{
 				// The config carries the bootstrap token: root only.
 				Mode:     intp(0o600),
@@ -151,7 +151,7 @@ func Render(o Options) (*Rendered, error) {
 			},
 		},
 		{
-			Node:          t33.Node{Path: l.AgentBinary, Overwrite: &yes, User: t33.NodeUser{ID: &root}, Group: t33.NodeGroup{ID: &root}},
+			Node:          t33.Node{Path: l.AgentBinary(), Overwrite: &yes, User: t33.NodeUser{ID: &root}, Group: t33.NodeGroup{ID: &root}},
 			FileEmbedded1: t33.FileEmbedded1{Mode: intp(0o755), Contents: bin},
 		},
 	}
@@ -196,12 +196,12 @@ func parseError(err error, report string) error {
 // checkACLLayout refuses a layout with any path under /usr: on ACL it is
 // read-only, and Ignition would fail on first boot with nobody watching.
 func checkACLLayout(l layout.Layout, configFile string) error {
-	if l.Prefix == "" {
-		return invalidf("agent.hostPrefix is empty in %s: the classic layout puts the agent at %s, and /usr is read-only on Azure Container Linux; set agent.hostPrefix (for example /opt/aks-flex-node), or render with --target %s for a host with a writable /usr",
-			configFile, l.AgentBinary, TargetGeneric)
+	if l.Prefix() == "" {
+		return invalidf("agent.hostPrefix is empty in %s: the classic layout puts the agent at %s, and /usr is read-only on Azure Container Linux; set agent.hostPrefix (for example %s), or render with --target %s for a host with a writable /usr",
+			configFile, l.AgentBinary(), layout.SuggestedPrefix, TargetGeneric)
 	}
-	if underUsr(l.Prefix) {
-		return invalidf("agent.hostPrefix %s in %s is under /usr, which is read-only on Azure Container Linux; choose a directory outside /usr (for example /opt/aks-flex-node)", l.Prefix, configFile)
+	if underUsr(l.Prefix()) {
+		return invalidf("agent.hostPrefix %s in %s is under /usr, which is read-only on Azure Container Linux; choose a directory outside /usr (for example %s)", l.Prefix(), configFile, layout.SuggestedPrefix)
 	}
 	keys := l.Keys()
 	for _, k := range layout.KeyOrder {
@@ -210,8 +210,8 @@ func checkACLLayout(l layout.Layout, configFile string) error {
 			if k == "logDir" {
 				field = "agent.logDir"
 			}
-			return invalidf("%s in %s puts %s at %s, under /usr, which is read-only on Azure Container Linux; choose a directory outside /usr (for example /opt/aks-flex-node)",
-				field, configFile, k, keys[k])
+			return invalidf("%s in %s puts %s at %s, under /usr, which is read-only on Azure Container Linux; choose a directory outside /usr (for example %s)",
+				field, configFile, k, keys[k], layout.SuggestedPrefix)
 		}
 	}
 	return nil

@@ -88,7 +88,7 @@ func validateSyntax(p string) error {
 		return bad(0, "it is relative; it must start with '/'")
 	}
 	if p == "/" {
-		return bad(-1, "'/' itself cannot be the prefix; name a directory such as /opt/aks-flex-node")
+		return bad(-1, "'/' itself cannot be the prefix; name a directory such as "+SuggestedPrefix)
 	}
 	if p[len(p)-1] == '/' {
 		return bad(len(p)-1, "trailing '/' is not allowed")

@@ -37,23 +37,19 @@ import (
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
-// MachinesDir is where systemd-nspawn and machinectl look for machine
-// images.
-const MachinesDir = "/var/lib/machines"
-
 // OCILayoutScheme prefixes an image reference that names an OCI image
 // layout directory on the host rather than a registry.
 const OCILayoutScheme = "oci-layout://"
 
-// Dir is the rootfs directory of machine name under root.
-func Dir(root, name string) string {
-	return filepath.Join(root, MachinesDir, name)
+// Dir is the rootfs directory of machine name, as this process opens it.
+func Dir(l aflayout.Layout, name string) string {
+	return l.OnRoot(l.MachineDir(name))
 }
 
 // recordPath is where the digest of the image a machine's rootfs was
 // unpacked from is kept.
-func recordPath(root, name string) string {
-	return filepath.Join(root, aflayout.StateDir, "machines", name+".image")
+func recordPath(l aflayout.Layout, name string) string {
+	return l.OnRoot(l.MachineStateDir() + "/" + name + ".image")
 }
 
 // ValidateName accepts machine names that are safe as a path component,
@@ -87,13 +83,13 @@ type Provisioner struct {
 	Platform v1.Platform
 }
 
-// Provision makes Dir(root, name) the rootfs of imageRef with the zero
+// Provision makes Dir(l, name) the rootfs of imageRef with the zero
 // Provisioner. See (*Provisioner).Provision.
-func Provision(ctx context.Context, root, name, imageRef string, log *slog.Logger) (task.Result, error) {
-	return (&Provisioner{}).Provision(ctx, root, name, imageRef, log)
+func Provision(ctx context.Context, l aflayout.Layout, name, imageRef string, log *slog.Logger) (task.Result, error) {
+	return (&Provisioner{}).Provision(ctx, l, name, imageRef, log)
 }
 
-// Provision makes Dir(root, name) the rootfs of imageRef, which is either
+// Provision makes Dir(l, name) the rootfs of imageRef, which is either
 // oci-layout:///dir:tag (or oci-layout:///dir@sha256:...; dir is a host
 // path, opened under root) or a registry reference. The image digest is
 // resolved first: when the state record says the rootfs was unpacked from
@@ -103,30 +99,30 @@ func Provision(ctx context.Context, root, name, imageRef string, log *slog.Logge
 // crash leaves the old rootfs or the new one, never a mix. The machine
 // must not be running while its rootfs is replaced; that is the caller's
 // business.
-func (p *Provisioner) Provision(ctx context.Context, root, name, imageRef string, log *slog.Logger) (task.Result, error) {
+func (p *Provisioner) Provision(ctx context.Context, l aflayout.Layout, name, imageRef string, log *slog.Logger) (task.Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := ValidateName(name); err != nil {
 		return task.Result{}, err
 	}
-	img, digest, err := p.resolve(ctx, root, imageRef)
+	img, digest, err := p.resolve(ctx, l.Root(), imageRef)
 	if err != nil {
 		return task.Result{}, fmt.Errorf("resolve image %s: %w", imageRef, err)
 	}
-	target := Dir(root, name)
-	rec := recordPath(root, name)
+	target := Dir(l, name)
+	rec := recordPath(l, name)
 	if have, err := os.ReadFile(rec); err == nil && strings.TrimSpace(string(have)) == digest.String() {
 		if fi, err := os.Stat(target); err == nil && fi.IsDir() {
 			return task.Result{Detail: fmt.Sprintf("%s already holds %s (%s)", target, imageRef, digest)}, nil
 		}
 	}
 
-	machines := filepath.Join(root, MachinesDir)
+	machines := l.OnRoot(l.MachinesDir())
 	if err := fsutil.MkdirAll(machines, 0o700); err != nil {
 		return task.Result{}, err
 	}
-	if err := removeLeftovers(root, name); err != nil {
+	if err := removeLeftovers(l, name); err != nil {
 		return task.Result{}, err
 	}
 	tmp, err := os.MkdirTemp(machines, "."+name+".tmp-")
@@ -152,10 +148,10 @@ func (p *Provisioner) Provision(ctx context.Context, root, name, imageRef string
 	return task.Result{Changed: true, Detail: fmt.Sprintf("unpacked %s (%s, %d layers) into %s", imageRef, digest, n, target)}, nil
 }
 
-// ImageDigest returns the digest Dir(root, name) was last unpacked from,
+// ImageDigest returns the digest Dir(l, name) was last unpacked from,
 // or "" when there is no record.
-func ImageDigest(root, name string) (string, error) {
-	b, err := os.ReadFile(recordPath(root, name))
+func ImageDigest(l aflayout.Layout, name string) (string, error) {
+	b, err := os.ReadFile(recordPath(l, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -400,8 +396,8 @@ func swapIn(machines, name, tmp, target string) error {
 }
 
 // removeLeftovers deletes temp and old trees a crashed Provision left.
-func removeLeftovers(root, name string) error {
-	machines := filepath.Join(root, MachinesDir)
+func removeLeftovers(l aflayout.Layout, name string) error {
+	machines := l.OnRoot(l.MachinesDir())
 	for _, pat := range []string{"." + name + ".tmp-*", "." + name + ".old-*"} {
 		matches, err := filepath.Glob(filepath.Join(machines, pat))
 		if err != nil {

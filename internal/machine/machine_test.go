@@ -19,6 +19,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	aflayout "github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -119,14 +121,14 @@ func TestProvisionFromOCILayout(t *testing.T) {
 	ref := writeLayout(t, root, "/srv/images/node", "v1", img)
 	want, _ := img.Digest()
 
-	res, err := Provision(ctx, root, "kube1", ref, nil)
+	res, err := Provision(ctx, at(root), "kube1", ref, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Changed || !strings.Contains(res.Detail, want.String()) {
 		t.Fatalf("result %+v, want changed with digest %s", res, want)
 	}
-	dir := Dir(root, "kube1")
+	dir := Dir(at(root), "kube1")
 	if dir != filepath.Join(root, "var/lib/machines/kube1") {
 		t.Fatalf("Dir = %s", dir)
 	}
@@ -146,7 +148,7 @@ func TestProvisionFromOCILayout(t *testing.T) {
 		t.Errorf("record = %q", got)
 	}
 
-	res, err = Provision(ctx, root, "kube1", ref, nil)
+	res, err = Provision(ctx, at(root), "kube1", ref, nil)
 	if err != nil || res.Changed {
 		t.Fatalf("second provision: %+v %v", res, err)
 	}
@@ -154,7 +156,7 @@ func TestProvisionFromOCILayout(t *testing.T) {
 	// A different image replaces the rootfs completely.
 	img2 := imageOf(t, layerOf(t, file{name: "etc/os-release", body: "ID=acl\n"}))
 	ref2 := writeLayout(t, root, "/srv/images/node2", "v2", img2)
-	res, err = Provision(ctx, root, "kube1", ref2, nil)
+	res, err = Provision(ctx, at(root), "kube1", ref2, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("replace: %+v %v", res, err)
 	}
@@ -165,17 +167,17 @@ func TestProvisionFromOCILayout(t *testing.T) {
 		t.Error("old rootfs content survived the swap")
 	}
 	d2, _ := img2.Digest()
-	if got, _ := ImageDigest(root, "kube1"); got != d2.String() {
+	if got, _ := ImageDigest(at(root), "kube1"); got != d2.String() {
 		t.Errorf("record %q, want %s", got, d2)
 	}
-	entries, _ := os.ReadDir(filepath.Join(root, MachinesDir))
+	entries, _ := os.ReadDir(at(root).OnRoot(at(root).MachinesDir()))
 	if len(entries) != 1 {
 		t.Errorf("leftovers in machines dir: %v", entries)
 	}
 
 	// By digest works too.
 	ref3 := "oci-layout:///srv/images/node@" + want.String()
-	if res, err := Provision(ctx, root, "kube1", ref3, nil); err != nil || !res.Changed {
+	if res, err := Provision(ctx, at(root), "kube1", ref3, nil); err != nil || !res.Changed {
 		t.Fatalf("by digest: %+v %v", res, err)
 	}
 	if !exists(filepath.Join(dir, "usr/bin/systemd")) {
@@ -183,7 +185,7 @@ func TestProvisionFromOCILayout(t *testing.T) {
 	}
 	// Missing rootfs with a matching record is re-unpacked.
 	os.RemoveAll(dir)
-	if res, err := Provision(ctx, root, "kube1", ref3, nil); err != nil || !res.Changed {
+	if res, err := Provision(ctx, at(root), "kube1", ref3, nil); err != nil || !res.Changed {
 		t.Fatalf("after rootfs removal: %+v %v", res, err)
 	}
 }
@@ -203,14 +205,14 @@ func TestProvisionRejectsTamperedLayer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "srv/img/blobs/sha256", d.Hex), gz.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Provision(context.Background(), root, "kube1", ref, nil)
+	_, err := Provision(context.Background(), at(root), "kube1", ref, nil)
 	if err == nil || !strings.Contains(err.Error(), "config says") {
 		t.Fatalf("err = %v", err)
 	}
-	if exists(Dir(root, "kube1")) {
+	if exists(Dir(at(root), "kube1")) {
 		t.Error("tampered image was swapped in")
 	}
-	entries, _ := os.ReadDir(filepath.Join(root, MachinesDir))
+	entries, _ := os.ReadDir(at(root).OnRoot(at(root).MachinesDir()))
 	if len(entries) != 0 {
 		t.Errorf("temp dir left behind: %v", entries)
 	}
@@ -233,7 +235,7 @@ func TestProvisionFromRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	res, err := Provision(context.Background(), root, "kube1", ref, nil)
+	res, err := Provision(context.Background(), at(root), "kube1", ref, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -241,17 +243,17 @@ func TestProvisionFromRegistry(t *testing.T) {
 	if !strings.Contains(res.Detail, want.String()) {
 		t.Errorf("detail %q lacks %s", res.Detail, want)
 	}
-	if got := readFile(t, filepath.Join(Dir(root, "kube1"), "var/cache/new")); got != "n" {
+	if got := readFile(t, filepath.Join(Dir(at(root), "kube1"), "var/cache/new")); got != "n" {
 		t.Errorf("var/cache/new = %q", got)
 	}
-	if res, err := Provision(context.Background(), root, "kube1", ref, nil); err != nil || res.Changed {
+	if res, err := Provision(context.Background(), at(root), "kube1", ref, nil); err != nil || res.Changed {
 		t.Fatalf("second: %+v %v", res, err)
 	}
 }
 
 func TestProvisionRejectsBadNames(t *testing.T) {
 	for _, n := range []string{"", "../x", "a/b", "-x", ".kube1", "kube 1"} {
-		if _, err := Provision(context.Background(), t.TempDir(), n, "oci-layout:///x:y", nil); err == nil {
+		if _, err := Provision(context.Background(), at(t.TempDir()), n, "oci-layout:///x:y", nil); err == nil {
 			t.Errorf("name %q accepted", n)
 		}
 	}
@@ -266,4 +268,13 @@ func TestIsLoopback(t *testing.T) {
 			t.Errorf("isLoopback(%q) = %v", h, got)
 		}
 	}
+}
+
+// at is the default layout on a test root.
+func at(root string) aflayout.Layout {
+	l, err := aflayout.New(root, "", "")
+	if err != nil {
+		panic(err)
+	}
+	return l
 }

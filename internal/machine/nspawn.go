@@ -12,24 +12,8 @@ import (
 	aflayout "github.com/Azure/aks-flex-node/internal/layout"
 )
 
-// NspawnDir holds trusted per-machine settings; only settings files here
-// may grant capabilities and bind mounts.
-const NspawnDir = "/etc/systemd/nspawn"
-
-// DropInName is the drop-in this package owns for each
-// systemd-nspawn@<name>.service.
-const DropInName = "aks-flex-node.conf"
-
-// NspawnPath is the host path of machine name's .nspawn file.
-func NspawnPath(name string) string { return NspawnDir + "/" + name + ".nspawn" }
-
-// DropInPath is the host path of machine name's service drop-in.
-func DropInPath(name string) string {
-	return aflayout.SystemdUnitDir + "/" + ServiceName(name) + ".d/" + DropInName
-}
-
 // ServiceName is the systemd unit that runs machine name.
-func ServiceName(name string) string { return "systemd-nspawn@" + name + ".service" }
+func ServiceName(name string) string { return aflayout.MachineUnit(name) }
 
 // Options shape the machine's settings.
 type Options struct {
@@ -137,11 +121,11 @@ func DropIn(o Options) string {
 	return b.String()
 }
 
-// WriteFiles writes machine name's .nspawn file and service drop-in under
-// root, atomically and only when their content changes. When it reports
+// WriteFiles writes machine name's .nspawn file and service drop-in on
+// l's root, atomically and only when their content changes. When it reports
 // changed, the caller runs systemctl daemon-reload before starting the
 // machine.
-func WriteFiles(root, name string, o Options) (changed bool, err error) {
+func WriteFiles(l aflayout.Layout, name string, o Options) (changed bool, err error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
@@ -149,10 +133,10 @@ func WriteFiles(root, name string, o Options) (changed bool, err error) {
 		return false, err
 	}
 	for _, f := range []struct{ path, data string }{
-		{NspawnPath(name), NspawnFile(o)},
-		{DropInPath(name), DropIn(o)},
+		{l.NspawnFile(name), NspawnFile(o)},
+		{l.MachineDropIn(name), DropIn(o)},
 	} {
-		c, err := fsutil.WriteFile(filepath.Join(root, f.path), []byte(f.data), 0o644)
+		c, err := fsutil.WriteFile(l.OnRoot(f.path), []byte(f.data), 0o644)
 		if err != nil {
 			return changed, err
 		}
@@ -164,22 +148,22 @@ func WriteFiles(root, name string, o Options) (changed bool, err error) {
 // Remove deletes machine name's rootfs, settings file, drop-in, image
 // record and any tree a crashed Provision left. It is safe to run twice
 // and after a half-finished start; the machine must be stopped first.
-func Remove(root, name string) (changed bool, err error) {
+func Remove(l aflayout.Layout, name string) (changed bool, err error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
-	if err := removeLeftovers(root, name); err != nil {
+	if err := removeLeftovers(l, name); err != nil {
 		return false, err
 	}
-	dir := Dir(root, name)
+	dir := Dir(l, name)
 	if _, err := os.Lstat(dir); err == nil {
 		if err := os.RemoveAll(dir); err != nil {
 			return false, fmt.Errorf("remove %s: %w", dir, err)
 		}
 		changed = true
 	}
-	dropIn := filepath.Join(root, DropInPath(name))
-	for _, p := range []string{filepath.Join(root, NspawnPath(name)), dropIn, recordPath(root, name)} {
+	dropIn := l.OnRoot(l.MachineDropIn(name))
+	for _, p := range []string{l.OnRoot(l.NspawnFile(name)), dropIn, recordPath(l, name)} {
 		removed, err := fsutil.RemoveIfExists(p)
 		if err != nil {
 			return changed, fmt.Errorf("remove %s: %w", p, err)

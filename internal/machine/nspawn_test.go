@@ -55,16 +55,16 @@ DeviceAllow=/dev/fuse rwm
 func TestWriteFilesAndRemove(t *testing.T) {
 	root := t.TempDir()
 	o := Options{CgroupMode: hostos.CgroupHybrid}
-	if _, err := WriteFiles(root, "kube1", Options{}); err == nil || !strings.Contains(err.Error(), "cgroup mode") {
+	if _, err := WriteFiles(at(root), "kube1", Options{}); err == nil || !strings.Contains(err.Error(), "cgroup mode") {
 		t.Fatalf("unknown cgroup mode accepted: %v", err)
 	}
-	if _, err := WriteFiles(root, "kube1", Options{CgroupMode: hostos.CgroupV2, AdditionalHostDevices: []string{"/dev/x y"}}); err == nil {
+	if _, err := WriteFiles(at(root), "kube1", Options{CgroupMode: hostos.CgroupV2, AdditionalHostDevices: []string{"/dev/x y"}}); err == nil {
 		t.Fatal("device with a space accepted")
 	}
-	if _, err := WriteFiles(root, "kube1", Options{CgroupMode: hostos.CgroupV2, AdditionalHostDevices: []string{"/dev/a:/etc"}}); err == nil {
+	if _, err := WriteFiles(at(root), "kube1", Options{CgroupMode: hostos.CgroupV2, AdditionalHostDevices: []string{"/dev/a:/etc"}}); err == nil {
 		t.Fatal("device with a colon accepted")
 	}
-	changed, err := WriteFiles(root, "kube1", o)
+	changed, err := WriteFiles(at(root), "kube1", o)
 	if err != nil || !changed {
 		t.Fatalf("%v %v", changed, err)
 	}
@@ -76,27 +76,27 @@ func TestWriteFilesAndRemove(t *testing.T) {
 	if b, _ := os.ReadFile(dropIn); !strings.Contains(string(b), "UNIFIED_HIERARCHY=0") {
 		t.Errorf("drop-in = %q", b)
 	}
-	if changed, err := WriteFiles(root, "kube1", o); err != nil || changed {
+	if changed, err := WriteFiles(at(root), "kube1", o); err != nil || changed {
 		t.Fatalf("rewrite: %v %v", changed, err)
 	}
 
-	os.MkdirAll(filepath.Join(Dir(root, "kube1"), "etc"), 0o755)
-	os.MkdirAll(filepath.Join(root, MachinesDir, ".kube1.tmp-123", "etc"), 0o755)
+	os.MkdirAll(filepath.Join(Dir(at(root), "kube1"), "etc"), 0o755)
+	os.MkdirAll(filepath.Join(at(root).OnRoot(at(root).MachinesDir()), ".kube1.tmp-123", "etc"), 0o755)
 	os.MkdirAll(filepath.Join(root, "var/lib/aks-flex-node/machines"), 0o755)
-	os.WriteFile(recordPath(root, "kube1"), []byte("sha256:x\n"), 0o644)
-	os.MkdirAll(Dir(root, "kube2"), 0o755)
-	if changed, err := Remove(root, "kube1"); err != nil || !changed {
+	os.WriteFile(recordPath(at(root), "kube1"), []byte("sha256:x\n"), 0o644)
+	os.MkdirAll(Dir(at(root), "kube2"), 0o755)
+	if changed, err := Remove(at(root), "kube1"); err != nil || !changed {
 		t.Fatalf("remove: %v %v", changed, err)
 	}
-	for _, p := range []string{nspawn, dropIn, filepath.Dir(dropIn), Dir(root, "kube1"), recordPath(root, "kube1"), filepath.Join(root, MachinesDir, ".kube1.tmp-123")} {
+	for _, p := range []string{nspawn, dropIn, filepath.Dir(dropIn), Dir(at(root), "kube1"), recordPath(at(root), "kube1"), filepath.Join(at(root).OnRoot(at(root).MachinesDir()), ".kube1.tmp-123")} {
 		if exists(p) {
 			t.Errorf("%s survived Remove", p)
 		}
 	}
-	if !exists(Dir(root, "kube2")) {
+	if !exists(Dir(at(root), "kube2")) {
 		t.Error("Remove took the other machine")
 	}
-	if changed, err := Remove(root, "kube1"); err != nil || changed {
+	if changed, err := Remove(at(root), "kube1"); err != nil || changed {
 		t.Fatalf("second remove: %v %v", changed, err)
 	}
 }

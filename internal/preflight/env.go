@@ -70,8 +70,8 @@ func (e *Env) setDefaults() {
 	if e.Prober == nil {
 		e.Prober = &hostos.Prober{Root: e.Root, ProcDir: e.ProcDir}
 	}
-	if e.Layout.Root == "" {
-		e.Layout.Root = e.Root
+	if e.Layout.Root() == "" {
+		e.Layout = e.Layout.WithRoot(e.Root)
 	}
 	if e.Geteuid == nil {
 		e.Geteuid = os.Geteuid

@@ -14,9 +14,6 @@ import (
 // the package that writes it when that lands; preflight only reads it.
 const StateFileName = "state.json"
 
-// MachineNames are the two sides of blue/green repave.
-var MachineNames = []string{"kube1", "kube2"}
-
 // stateFile is the part of the state file preflight reads. Unknown fields
 // are ignored and a missing field is empty: the file belongs to another
 // package and its version, not to preflight.
@@ -32,12 +29,12 @@ func ConfigSHA256(data []byte) string {
 }
 
 func existingDeploymentCheck(e *Env) Check {
-	state := path.Join(e.Layout.StateDir, StateFileName)
+	state := path.Join(e.Layout.StateDir(), StateFileName)
 	var leftovers []string
-	for _, m := range MachineNames {
-		leftovers = append(leftovers, path.Join(MachinesDir, m))
+	for _, m := range e.Layout.Machines() {
+		leftovers = append(leftovers, e.Layout.MachineDir(m))
 	}
-	leftovers = append(leftovers, e.Layout.Units.Agent, e.Layout.Units.Recovery)
+	leftovers = append(leftovers, e.Layout.Units().Agent, e.Layout.Units().Recovery)
 	target := strings.Join(append([]string{state}, leftovers...), ", ")
 
 	return NewCheck(NameExistingDeployment, target, func(context.Context) Result {

@@ -141,7 +141,7 @@ func orNone(s string) string {
 }
 
 func systemdCheck(e *Env) Check {
-	unitDir := e.Layout.SystemdUnitDir
+	unitDir := e.Layout.SystemdUnitDir()
 	return NewCheck(NameSystemd, "PID 1, "+unitDir, func(ctx context.Context) Result {
 		sd := e.Prober.Systemd(ctx)
 		var errs []string
@@ -439,13 +439,10 @@ const (
 	MinFreeWarning = 10 * GiB
 )
 
-// MachinesDir is where systemd-nspawn machines live (machinectl's
-// default image directory); kube1 and kube2 are created under it.
-const MachinesDir = "/var/lib/machines"
-
 func diskSpaceCheck(e *Env) Check {
-	return NewCheck(NameDiskSpace, MachinesDir, func(context.Context) Result {
-		anc, err := e.Prober.NearestExistingAncestor(MachinesDir)
+	machines := e.Layout.MachinesDir()
+	return NewCheck(NameDiskSpace, machines, func(context.Context) Result {
+		anc, err := e.Prober.NearestExistingAncestor(machines)
 		if err != nil {
 			return Error("check that /var/lib exists", "%v", err)
 		}
@@ -453,8 +450,8 @@ func diskSpaceCheck(e *Env) Check {
 		if err != nil {
 			return Error("check the filesystem holding "+anc, "statfs %s: %v", anc, err)
 		}
-		have := fmt.Sprintf("%.1f GiB free on the filesystem holding %s (statfs of %s)", float64(free)/float64(GiB), MachinesDir, anc)
-		remedy := fmt.Sprintf("free space on the filesystem holding %s or grow it; at least %d GiB are needed, %d GiB recommended", MachinesDir, MinFreeError/GiB, MinFreeWarning/GiB)
+		have := fmt.Sprintf("%.1f GiB free on the filesystem holding %s (statfs of %s)", float64(free)/float64(GiB), machines, anc)
+		remedy := fmt.Sprintf("free space on the filesystem holding %s or grow it; at least %d GiB are needed, %d GiB recommended", machines, MinFreeError/GiB, MinFreeWarning/GiB)
 		switch {
 		case free < MinFreeError:
 			return Error(remedy, "%s; at least %d GiB are needed", have, MinFreeError/GiB)

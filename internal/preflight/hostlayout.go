@@ -13,10 +13,10 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
-// SuggestedPrefix is the prefix preflight proposes when the default layout
+// suggestedPrefix is the prefix preflight proposes when the default layout
 // cannot be installed: /opt is writable on every image-based host we
 // support (ACL, Flatcar), and it is what the ACL example config declares.
-const SuggestedPrefix = "/opt/aks-flex-node"
+const suggestedPrefix = layout.SuggestedPrefix
 
 // execProbeTimeout bounds the run of the probe executable; /bin/sh
 // printing nothing takes milliseconds.
@@ -74,8 +74,8 @@ func (e *Env) checkLayoutDir(dir string, exec bool) dirVerdict {
 func (e *Env) checkHostLayout(ctx context.Context) Result {
 	l := e.Layout
 	cfg := e.configFile()
-	desc := fmt.Sprintf("layout of agent.hostPrefix %q from %s", l.Prefix, cfg)
-	if l.Prefix == "" {
+	desc := fmt.Sprintf("layout of agent.hostPrefix %q from %s", l.Prefix(), cfg)
+	if l.Prefix() == "" {
 		desc = fmt.Sprintf("default layout (agent.hostPrefix is empty in %s)", cfg)
 	}
 
@@ -84,10 +84,10 @@ func (e *Env) checkHostLayout(ctx context.Context) Result {
 	prefixBroken := false
 	var binVerdict dirVerdict
 	for _, dir := range l.Dirs() {
-		exec := dir == l.BinDir || dir == l.LibDir
+		exec := dir == l.BinDir() || dir == l.LibDir()
 		v := e.checkLayoutDir(dir, exec)
 		noMounts = noMounts || v.noMounts
-		if dir == l.BinDir {
+		if dir == l.BinDir() {
 			binVerdict = v
 		}
 		if v.problem == "" {
@@ -95,11 +95,11 @@ func (e *Env) checkHostLayout(ctx context.Context) Result {
 		}
 		problems = append(problems, v.problem)
 		switch dir {
-		case l.BinDir, l.LibDir:
+		case l.BinDir(), l.LibDir():
 			prefixBroken = true
-		case l.StateDir:
-			remedies = append(remedies, fmt.Sprintf("make %s writable: the state dir does not move with the prefix", path.Dir(l.StateDir)))
-		case l.LogDir:
+		case l.StateDir():
+			remedies = append(remedies, fmt.Sprintf("make %s writable: the state dir does not move with the prefix", path.Dir(l.StateDir())))
+		case l.LogDir():
 			remedies = append(remedies, fmt.Sprintf("set agent.logDir in %s to a writable directory", cfg))
 		}
 	}
@@ -110,7 +110,7 @@ func (e *Env) checkHostLayout(ctx context.Context) Result {
 	probed := ""
 	if binVerdict.problem == "" && binVerdict.resolved != "" {
 		if err := e.probeExec(ctx, binVerdict.resolved); err != nil {
-			problems = append(problems, fmt.Sprintf("%s: a test executable created in %s could not be run: %v", l.BinDir, binVerdict.ancestor, err))
+			problems = append(problems, fmt.Sprintf("%s: a test executable created in %s could not be run: %v", l.BinDir(), binVerdict.ancestor, err))
 			prefixBroken = true
 		} else {
 			probed = binVerdict.ancestor
@@ -137,22 +137,22 @@ func (e *Env) checkHostLayout(ctx context.Context) Result {
 	return OK("%s", msg)
 }
 
-// prefixRemedy says which prefix to declare. It proposes SuggestedPrefix
+// prefixRemedy says which prefix to declare. It proposes suggestedPrefix
 // only after checking that it would work here; preflight never relocates
 // anything itself (the prefix is declared, never inferred).
 func (e *Env) prefixRemedy() string {
 	cfg := e.configFile()
-	if e.Layout.Prefix != SuggestedPrefix {
-		cand, err := layout.New(e.Root, SuggestedPrefix, "")
+	if e.Layout.Prefix() != suggestedPrefix {
+		cand, err := layout.New(e.Root, suggestedPrefix, "")
 		if err == nil {
-			bin := e.checkLayoutDir(cand.BinDir, true)
-			lib := e.checkLayoutDir(cand.LibDir, true)
-			if bin.problem == "" && lib.problem == "" && !e.sysextCovers(SuggestedPrefix) {
-				return fmt.Sprintf("set agent.hostPrefix, e.g. %s, in %s (the prefix is declared, never inferred; preflight does not relocate files)", SuggestedPrefix, cfg)
+			bin := e.checkLayoutDir(cand.BinDir(), true)
+			lib := e.checkLayoutDir(cand.LibDir(), true)
+			if bin.problem == "" && lib.problem == "" && !e.sysextCovers(suggestedPrefix) {
+				return fmt.Sprintf("set agent.hostPrefix, e.g. %s, in %s (the prefix is declared, never inferred; preflight does not relocate files)", suggestedPrefix, cfg)
 			}
 		}
 	}
-	return fmt.Sprintf("set agent.hostPrefix in %s to a directory on a writable filesystem mounted without noexec (%s would not work on this host either)", cfg, SuggestedPrefix)
+	return fmt.Sprintf("set agent.hostPrefix in %s to a directory on a writable filesystem mounted without noexec (%s would not work on this host either)", cfg, suggestedPrefix)
 }
 
 func underDir(p, dir string) bool {
@@ -173,7 +173,7 @@ func (e *Env) sysextCovers(prefix string) bool {
 // written under it while merged and is replaced wholesale on refresh, so a
 // prefix there works today and loses the agent binary later.
 func (e *Env) sysextWarning() (Result, bool) {
-	p := e.Layout.Prefix
+	p := e.Layout.Prefix()
 	if !underDir(p, optDir) {
 		return Result{}, false
 	}

@@ -13,16 +13,14 @@ import (
 // last, and the unit is conditioned on the marker's absence, so later boots
 // skip it and a reset (which removes the marker) re-arms it.
 //
-// Paths are interpolated unquoted, which is safe only because the prefix
-// rule admits no byte systemd treats specially; both are checked again here.
+// Paths are interpolated unquoted, which is safe only because layout.New
+// admitted no byte systemd treats specially.
 func FirstBootUnit(l layout.Layout) (string, error) {
-	if err := layout.ValidatePrefix(l.Prefix); err != nil {
+	if err := l.Check(); err != nil {
 		return "", fmt.Errorf("render %s: %w", layout.FirstBootUnitName, err)
 	}
-	for _, p := range []string{l.ConfigFile, l.JoinedMarker(), l.AgentBinary} {
-		if err := layout.ValidateUnitPath(p); err != nil {
-			return "", fmt.Errorf("render %s: %w", layout.FirstBootUnitName, err)
-		}
+	if err := layout.ValidateUnitPath(l.ConfigFile()); err != nil {
+		return "", fmt.Errorf("render %s: config path: %w", layout.FirstBootUnitName, err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by Ignition from a config rendered by "aks-flex-node ignition render".
@@ -53,6 +51,6 @@ TimeoutStartSec=20min
 
 [Install]
 WantedBy=multi-user.target
-`, l.JoinedMarker(), l.AgentBinary, l.ConfigFile)
+`, l.JoinedMarker(), l.AgentBinary(), l.ConfigFile())
 	return b.String(), nil
 }

@@ -17,12 +17,12 @@ func InstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *
 	if err != nil {
 		return false, err
 	}
-	path := l.OnRoot(l.Units.Agent)
+	path := l.OnRoot(l.Units().Agent)
 	changed, err := fsutil.WriteFile(path, []byte(text), 0o644)
 	if err != nil {
 		return false, fmt.Errorf("install-service: %w", err)
 	}
-	log.Info("unit", "task", "write-agent-unit", "path", l.Units.Agent, "changed", changed)
+	log.Info("unit", "task", "write-agent-unit", "path", l.Units().Agent, "changed", changed)
 	if changed {
 		if err := m.DaemonReload(ctx); err != nil {
 			return true, fmt.Errorf("install-service: %w", err)
@@ -58,7 +58,7 @@ func InstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *
 // UninstallAgentService stops and disables the agent unit and removes its
 // file. Missing pieces are fine: uninstall must work on half-installed hosts.
 func UninstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *slog.Logger) (bool, error) {
-	path := l.OnRoot(l.Units.Agent)
+	path := l.OnRoot(l.Units().Agent)
 	if m.Live() {
 		if state, err := m.ActiveState(ctx, layout.AgentUnitName); err == nil && state != "inactive" {
 			if err := m.Stop(ctx, layout.AgentUnitName); err != nil {
@@ -73,9 +73,9 @@ func UninstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log
 	}
 	removed, err := fsutil.RemoveIfExists(path)
 	if err != nil {
-		return false, fmt.Errorf("uninstall-service: remove %s: %w", l.Units.Agent, err)
+		return false, fmt.Errorf("uninstall-service: remove %s: %w", l.Units().Agent, err)
 	}
-	log.Info("unit", "task", "remove-agent-unit", "path", l.Units.Agent, "changed", removed)
+	log.Info("unit", "task", "remove-agent-unit", "path", l.Units().Agent, "changed", removed)
 	if removed {
 		if err := m.DaemonReload(ctx); err != nil {
 			return true, fmt.Errorf("uninstall-service: %w", err)

@@ -12,14 +12,13 @@ import (
 // AgentUnit renders aks-flex-node-agent.service for a layout. It runs the
 // `current` upgrade link, so an upgrade is one rename plus a restart, and
 // hands failures to the recovery unit (see internal/upgrade). The paths are
-// interpolated unquoted; that is safe only because layout.ValidatePrefix and
-// layout.ValidateUnitPath admit no byte systemd treats specially, which is
-// why both are checked here again rather than trusted.
+// interpolated unquoted; that is safe only because layout.New (and
+// WithConfigFile) admit no byte systemd treats specially.
 func AgentUnit(l layout.Layout) (string, error) {
-	if err := layout.ValidatePrefix(l.Prefix); err != nil {
+	if err := l.Check(); err != nil {
 		return "", fmt.Errorf("render %s: %w", layout.AgentUnitName, err)
 	}
-	if err := layout.ValidateUnitPath(l.ConfigFile); err != nil {
+	if err := layout.ValidateUnitPath(l.ConfigFile()); err != nil {
 		return "", fmt.Errorf("render %s: config path: %w", layout.AgentUnitName, err)
 	}
 	var b strings.Builder
@@ -54,6 +53,6 @@ TimeoutStopSec=30s
 
 [Install]
 WantedBy=multi-user.target
-`, layout.RecoveryUnit, l.UpgradeSlots.Current, l.ConfigFile, l.RecoveryScript)
+`, layout.RecoveryUnit, l.UpgradeSlots().Current, l.ConfigFile(), l.RecoveryScript())
 	return b.String(), nil
 }

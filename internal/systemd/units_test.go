@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -45,14 +46,11 @@ func TestAgentUnitNamesTheLayout(t *testing.T) {
 
 func TestAgentUnitRefusesUnsafePaths(t *testing.T) {
 	l, _ := layout.New("/", "", "")
-	l.ConfigFile = "/etc/aks flex/config.json"
-	if _, err := AgentUnit(l); err == nil {
+	if _, err := AgentUnit(l.WithConfigFile("/etc/aks flex/config.json")); err == nil {
 		t.Fatal("rendered a unit with a space in the config path")
 	}
-	l.ConfigFile = "/etc/aks-flex-node/config.json"
-	l.Prefix = "/opt/%h"
-	if _, err := AgentUnit(l); err == nil {
-		t.Fatal("rendered a unit with a specifier in the prefix")
+	if _, err := AgentUnit(layout.Layout{}); !errors.Is(err, layout.ErrNotFromNew) {
+		t.Fatalf("rendered a unit from a layout layout.New did not make: %v", err)
 	}
 }
 

@@ -24,7 +24,7 @@ func RunningSlot(l layout.Layout) string {
 	if r, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = r
 	}
-	lib := l.OnRoot(l.LibDir)
+	lib := l.OnRoot(l.LibDir())
 	if r, err := filepath.EvalSymlinks(lib); err == nil {
 		lib = r
 	}
@@ -70,14 +70,14 @@ func Confirm(l layout.Layout, slot string, log *slog.Logger) (bool, error) {
 	if r == nil || r.ToSlot != slot {
 		return false, errors.New("confirm upgrade: recovery resolved the upgrade first (see aks-flex-node status)")
 	}
-	cur, err := linkSlot(l, l.UpgradeSlots.Current)
+	cur, err := linkSlot(l, l.UpgradeSlots().Current)
 	if err != nil {
 		return false, fmt.Errorf("confirm upgrade: %w", err)
 	}
 	if cur != slot {
 		return false, fmt.Errorf("confirm upgrade: current names %s, but this agent runs from %s", cur, slot)
 	}
-	if _, err := linkSlot(l, l.UpgradeSlots.LastGood); err != nil {
+	if _, err := linkSlot(l, l.UpgradeSlots().LastGood); err != nil {
 		return false, fmt.Errorf("confirm upgrade: %w", err)
 	}
 	if buildinfo.Version != r.ToVersion {
@@ -89,7 +89,7 @@ func Confirm(l layout.Layout, slot string, log *slog.Logger) (bool, error) {
 		return false, fmt.Errorf("confirm upgrade: too late: the deadline %s has passed; recovery rolls back", r.Deadline.UTC().Format(time.RFC3339))
 	}
 	failpoint.Hit(StepConfirmChecked)
-	if _, err := pointLink(l, l.UpgradeSlots.LastGood, slot); err != nil {
+	if _, err := pointLink(l, l.UpgradeSlots().LastGood, slot); err != nil {
 		return false, fmt.Errorf("confirm upgrade: %w", err)
 	}
 	failpoint.Hit(StepConfirmLastGood)

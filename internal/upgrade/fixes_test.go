@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,8 +135,7 @@ func TestScriptWaitsForTheLinksLock(t *testing.T) {
 	h := newScriptHost(t)
 	h.link(h.curLink, h.green)
 	h.link(h.lastGood, h.blue)
-	l := layout.Layout{Root: "/", StateDir: h.state}
-	unlock, err := lockLinks(l, time.Second)
+	unlock, err := lockLinksAt(filepath.Join(h.state, LinksLockFile), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestSwitchRechecksTheRecord(t *testing.T) {
 	if err := switchCurrent(l, rec); err == nil || !strings.Contains(err.Error(), "aborted: the old agent failed") {
 		t.Errorf("switch after recovery aborted: %v", err)
 	}
-	if c, _ := linkSlot(l, l.UpgradeSlots.Current); c != "agent-blue" {
+	if c, _ := linkSlot(l, l.UpgradeSlots().Current); c != "agent-blue" {
 		t.Fatalf("current moved to %s with no record", c)
 	}
 	if err := saveInFlight(l, rec); err != nil {
@@ -239,7 +239,7 @@ func TestSwitchRechecksTheRecord(t *testing.T) {
 	if err := switchCurrent(l, rec); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := linkSlot(l, l.UpgradeSlots.Current); c != "agent-green" {
+	if c, _ := linkSlot(l, l.UpgradeSlots().Current); c != "agent-green" {
 		t.Errorf("current -> %s after a switch", c)
 	}
 }
@@ -254,7 +254,7 @@ func TestConfirmWaitsForTheLinksLock(t *testing.T) {
 	if err := saveInFlight(l, rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pointLink(l, l.UpgradeSlots.Current, "agent-green"); err != nil {
+	if _, err := pointLink(l, l.UpgradeSlots().Current, "agent-green"); err != nil {
 		t.Fatal(err)
 	}
 	unlock, err := lockLinks(l, time.Second)
@@ -264,7 +264,7 @@ func TestConfirmWaitsForTheLinksLock(t *testing.T) {
 	if ok, err := Confirm(l, "agent-green", log); ok || err == nil {
 		t.Errorf("confirmed while recovery held the lock past the deadline: %v %v", ok, err)
 	}
-	if g, _ := linkSlot(l, l.UpgradeSlots.LastGood); g != "agent-blue" {
+	if g, _ := linkSlot(l, l.UpgradeSlots().LastGood); g != "agent-blue" {
 		t.Errorf("last-good moved to %s", g)
 	}
 
@@ -276,7 +276,7 @@ func TestConfirmWaitsForTheLinksLock(t *testing.T) {
 	if ok, err := Confirm(l, "agent-green", log); !ok || err != nil {
 		t.Fatalf("confirm after the lock was released: %v %v", ok, err)
 	}
-	if g, _ := linkSlot(l, l.UpgradeSlots.LastGood); g != "agent-green" {
+	if g, _ := linkSlot(l, l.UpgradeSlots().LastGood); g != "agent-green" {
 		t.Errorf("last-good -> %s after confirmation", g)
 	}
 
@@ -293,14 +293,14 @@ func TestConfirmWaitsForTheLinksLock(t *testing.T) {
 	if ok, err := Confirm(l, "agent-blue", log); ok || err == nil || !strings.Contains(err.Error(), "recovery resolved") {
 		t.Errorf("confirm after recovery resolved: %v %v", ok, err)
 	}
-	if g, _ := linkSlot(l, l.UpgradeSlots.LastGood); g != "agent-green" {
+	if g, _ := linkSlot(l, l.UpgradeSlots().LastGood); g != "agent-green" {
 		t.Errorf("last-good moved to %s", g)
 	}
 }
 
 func TestCleanStaleKeepsFreshLinkTemps(t *testing.T) {
 	l := testLayout(t)
-	lib := l.OnRoot(l.LibDir)
+	lib := l.OnRoot(l.LibDir())
 	fresh, old, cand := lib+"/.current.tmp-12", lib+"/.last-good.tmp-7", lib+"/.candidate-x"
 	for _, p := range []string{fresh, old} {
 		if err := os.MkdirAll(lib, 0o755); err != nil {
@@ -338,13 +338,13 @@ func TestSettleLinksRollsBackUnconfirmed(t *testing.T) {
 		os.Remove(statePath(l, LinksLockFile))
 	}
 	put(t, slotPath(l, "agent-green"), fakeAgent("v2.0.0"))
-	if _, err := pointLink(l, l.UpgradeSlots.Current, "agent-green"); err != nil {
+	if _, err := pointLink(l, l.UpgradeSlots().Current, "agent-green"); err != nil {
 		t.Fatal(err)
 	}
 	if changed, err := settleLinks(l, log); !changed || err != nil {
 		t.Fatalf("settle: %v %v", changed, err)
 	}
-	if c, _ := linkSlot(l, l.UpgradeSlots.Current); c != "agent-blue" {
+	if c, _ := linkSlot(l, l.UpgradeSlots().Current); c != "agent-blue" {
 		t.Errorf("current -> %s after settle", c)
 	}
 }
@@ -381,10 +381,10 @@ func TestDownloadSizeCapped(t *testing.T) {
 func TestCheckSeed(t *testing.T) {
 	ctx := context.Background()
 	l := testLayout(t)
-	if err := CheckSeed(ctx, l); err == nil || !strings.Contains(err.Error(), "no agent binary at "+l.AgentBinary) {
+	if err := CheckSeed(ctx, l); err == nil || !strings.Contains(err.Error(), "no agent binary at "+l.AgentBinary()) {
 		t.Errorf("no binary: %v", err)
 	}
-	put(t, l.OnRoot(l.AgentBinary), fakeAgent("v1.0.0"))
+	put(t, l.OnRoot(l.AgentBinary()), fakeAgent("v1.0.0"))
 	if err := CheckSeed(ctx, l); err != nil {
 		t.Errorf("first install: %v", err)
 	}
@@ -399,8 +399,8 @@ func TestCheckSeed(t *testing.T) {
 	if err := saveInFlight(l, InFlight{ToSlot: "agent-green", ToVersion: "v2.0.0", Deadline: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(l.OnRoot(l.AgentBinary))
-	put(t, l.OnRoot(l.AgentBinary), fakeAgent("v3.0.0"))
+	os.Remove(l.OnRoot(l.AgentBinary()))
+	put(t, l.OnRoot(l.AgentBinary()), fakeAgent("v3.0.0"))
 	err := CheckSeed(ctx, l)
 	if err == nil || !strings.Contains(err.Error(), "in flight") {
 		t.Errorf("in flight: %v", err)

@@ -11,10 +11,8 @@ import (
 	"github.com/Azure/aks-flex-node/internal/systemd"
 )
 
-func timerPath(l layout.Layout) string { return l.SystemdUnitDir + "/" + layout.RecoveryTimer }
-
 // UnitPaths are the unit files InstallService writes besides the agent's.
-func UnitPaths(l layout.Layout) []string { return []string{l.Units.Recovery, timerPath(l)} }
+func UnitPaths(l layout.Layout) []string { return []string{l.Units().Recovery, l.RecoveryTimerUnit()} }
 
 // InstallService is the one install path for the agent service, used by
 // install-service and by start's install-agent-service task (and so by
@@ -44,9 +42,9 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 		mode       fs.FileMode
 		unit       bool
 	}{
-		{l.RecoveryScript, script, 0o755, false},
-		{l.Units.Recovery, unit, 0o644, true},
-		{timerPath(l), RecoveryTimer(), 0o644, true},
+		{l.RecoveryScript(), script, 0o755, false},
+		{l.Units().Recovery, unit, 0o644, true},
+		{l.RecoveryTimerUnit(), RecoveryTimer(), 0o644, true},
 	} {
 		c, err := fsutil.WriteFile(l.OnRoot(f.path), []byte(f.text), f.mode)
 		if err != nil {
@@ -121,7 +119,7 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 	for _, name := range []string{FailedFile, InFlightFile, ResultFile, LockFile, LinksLockFile} {
 		r, err := fsutil.RemoveIfExists(statePath(l, name))
 		if err != nil {
-			return changed, fmt.Errorf("uninstall-service: remove %s: %w", l.StateDir+"/"+name, err)
+			return changed, fmt.Errorf("uninstall-service: remove %s: %w", l.StateDir()+"/"+name, err)
 		}
 		changed = changed || r
 	}
@@ -153,11 +151,11 @@ func UninstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, 
 // upgrade in flight or cut short): nothing confirmed current then.
 func settleLinks(l layout.Layout, log *slog.Logger) (bool, error) {
 	differ := func() (string, string, error) {
-		good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+		good, err := linkSlot(l, l.UpgradeSlots().LastGood)
 		if err != nil || good == "" {
 			return "", "", err
 		}
-		cur, _ := linkSlot(l, l.UpgradeSlots.Current)
+		cur, _ := linkSlot(l, l.UpgradeSlots().Current)
 		return cur, good, nil
 	}
 	// Look first without the lock: taking it creates the lock file, and a
@@ -174,7 +172,7 @@ func settleLinks(l layout.Layout, log *slog.Logger) (bool, error) {
 	if err != nil || good == "" || cur == good {
 		return false, err
 	}
-	if _, err := pointLink(l, l.UpgradeSlots.Current, good); err != nil {
+	if _, err := pointLink(l, l.UpgradeSlots().Current, good); err != nil {
 		return false, err
 	}
 	log.Info("rolled back an unconfirmed upgrade", "task", "settle-upgrade-links", "current", good, "was", cur, "changed", true)

@@ -74,7 +74,7 @@ const (
 	ResultAborted    = "aborted"
 )
 
-func statePath(l layout.Layout, name string) string { return l.OnRoot(l.StateDir + "/" + name) }
+func statePath(l layout.Layout, name string) string { return l.OnRoot(l.StateDir() + "/" + name) }
 
 // safeValue keeps record values to one line of printable bytes; versions are
 // checked more strictly where they are read from a candidate.
@@ -126,7 +126,7 @@ func LoadInFlight(l layout.Layout) (*InFlight, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", l.StateDir+"/"+InFlightFile, err)
+		return nil, fmt.Errorf("read %s: %w", l.StateDir()+"/"+InFlightFile, err)
 	}
 	r := &InFlight{FromSlot: m["from_slot"], FromVersion: m["from_version"], ToSlot: m["to_slot"], ToVersion: m["to_version"]}
 	if d, err := strconv.ParseInt(m["deadline"], 10, 64); err == nil {
@@ -171,7 +171,7 @@ func LoadResult(l layout.Layout) (*Result, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", l.StateDir+"/"+ResultFile, err)
+		return nil, fmt.Errorf("read %s: %w", l.StateDir()+"/"+ResultFile, err)
 	}
 	return &Result{Result: m["result"], Reason: m["reason"], FromSlot: m["from_slot"], FromVersion: m["from_version"],
 		ToSlot: m["to_slot"], ToVersion: m["to_version"], Time: m["time"], By: m["by"]}, nil
@@ -192,8 +192,8 @@ func saveResult(l layout.Layout, r Result) error {
 func clearInFlight(l layout.Layout) error {
 	for _, name := range []string{FailedFile, InFlightFile} {
 		if _, err := fsutil.RemoveIfExists(statePath(l, name)); err != nil {
-			return fmt.Errorf("remove %s: %w", l.StateDir+"/"+name, err)
+			return fmt.Errorf("remove %s: %w", l.StateDir()+"/"+name, err)
 		}
 	}
-	return fsutil.SyncDir(l.OnRoot(l.StateDir))
+	return fsutil.SyncDir(l.OnRoot(l.StateDir()))
 }

@@ -34,17 +34,13 @@ type scriptVars struct {
 	LinksLockFile, BootIDFile                        string
 }
 
-// checkLayout is the reason the prefix rule is narrow: every path here is
-// interpolated unquoted into a shell script and unit files, so the rule is
-// checked again rather than trusted.
+// checkLayout: every path here is interpolated unquoted into a shell script
+// and unit files, which is safe because layout.New admitted only paths with
+// no byte a shell or systemd treats specially; a Layout it did not make is
+// refused.
 func checkLayout(l layout.Layout, what string) error {
-	if err := layout.ValidatePrefix(l.Prefix); err != nil {
+	if err := l.Check(); err != nil {
 		return fmt.Errorf("render %s: %w", what, err)
-	}
-	for _, p := range []string{l.LibDir, l.StateDir, l.RecoveryScript} {
-		if err := layout.ValidateUnitPath(p); err != nil {
-			return fmt.Errorf("render %s: %w", what, err)
-		}
 	}
 	return nil
 }
@@ -56,9 +52,9 @@ func RenderRecoveryScript(l layout.Layout) (string, error) {
 	}
 	var b bytes.Buffer
 	err := scriptTmpl.Execute(&b, scriptVars{
-		LibDir: l.LibDir, StateDir: l.StateDir,
-		Current: l.UpgradeSlots.Current, LastGood: l.UpgradeSlots.LastGood,
-		Blue: filepath.Base(l.UpgradeSlots.Blue), Green: filepath.Base(l.UpgradeSlots.Green),
+		LibDir: l.LibDir(), StateDir: l.StateDir(),
+		Current: l.UpgradeSlots().Current, LastGood: l.UpgradeSlots().LastGood,
+		Blue: filepath.Base(l.UpgradeSlots().Blue), Green: filepath.Base(l.UpgradeSlots().Green),
 		AgentUnit: layout.AgentUnitName, RecoveryUnit: layout.RecoveryUnit, TimerUnit: layout.RecoveryTimer,
 		InFlightFile: InFlightFile, ResultFile: ResultFile, FailedFile: FailedFile,
 		LinksLockFile: LinksLockFile, BootIDFile: bootIDFile,
@@ -77,7 +73,7 @@ func RenderRecoveryUnit(l layout.Layout) (string, error) {
 	if strings.Count(recoveryUnitTemplate, ScriptPlaceholder) != 1 {
 		return "", fmt.Errorf("render %s: template must hold %s exactly once", layout.RecoveryUnit, ScriptPlaceholder)
 	}
-	return strings.Replace(recoveryUnitTemplate, ScriptPlaceholder, l.RecoveryScript, 1), nil
+	return strings.Replace(recoveryUnitTemplate, ScriptPlaceholder, l.RecoveryScript(), 1), nil
 }
 
 // RecoveryTimer returns aks-flex-node-recovery.timer; it names no path.

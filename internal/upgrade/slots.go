@@ -22,7 +22,7 @@ import (
 // these relative names, not absolute paths, so a tree baked under --root
 // and the live host read the same links the same way.
 func slotNames(l layout.Layout) [2]string {
-	return [2]string{filepath.Base(l.UpgradeSlots.Blue), filepath.Base(l.UpgradeSlots.Green)}
+	return [2]string{filepath.Base(l.UpgradeSlots().Blue), filepath.Base(l.UpgradeSlots().Green)}
 }
 
 func validSlot(l layout.Layout, name string) bool {
@@ -39,7 +39,7 @@ func other(l layout.Layout, name string) string {
 	return n[0]
 }
 
-func slotPath(l layout.Layout, name string) string { return l.OnRoot(l.LibDir + "/" + name) }
+func slotPath(l layout.Layout, name string) string { return l.OnRoot(l.LibDir() + "/" + name) }
 
 // linkSlot returns the slot a link (current or last-good) names, checking
 // that it is one of the two slots and an executable regular file. "" with
@@ -152,8 +152,8 @@ type SeedResult struct {
 // link is restored. Seed refuses to adopt while an upgrade is in flight.
 func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 	var res SeedResult
-	bin := l.OnRoot(l.AgentBinary)
-	if err := fsutil.MkdirAll(l.OnRoot(l.LibDir), 0o755); err != nil {
+	bin := l.OnRoot(l.AgentBinary())
+	if err := fsutil.MkdirAll(l.OnRoot(l.LibDir()), 0o755); err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
 	unlock, err := lockLinks(l, linksLockWait)
@@ -161,11 +161,11 @@ func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
 	defer unlock()
-	cur, err := linkSlot(l, l.UpgradeSlots.Current)
+	cur, err := linkSlot(l, l.UpgradeSlots().Current)
 	if err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
-	good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+	good, err := linkSlot(l, l.UpgradeSlots().LastGood)
 	if err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
@@ -175,13 +175,13 @@ func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 	case cur == "" && good == "":
 		// First install.
 		if !regular {
-			return res, fmt.Errorf("seed slots: no agent binary at %s (prefix %q): install it first (install.sh, or place the binary there)", l.AgentBinary, l.Prefix)
+			return res, fmt.Errorf("seed slots: no agent binary at %s (prefix %q): install it first (install.sh, or place the binary there)", l.AgentBinary(), l.Prefix())
 		}
 		slot := slotNames(l)[0]
 		if err := copyIntoSlot(ctx, l, bin, slot); err != nil {
 			return res, fmt.Errorf("seed slots: %w", err)
 		}
-		for _, link := range []string{l.UpgradeSlots.LastGood, l.UpgradeSlots.Current} {
+		for _, link := range []string{l.UpgradeSlots().LastGood, l.UpgradeSlots().Current} {
 			if _, err := pointLink(l, link, slot); err != nil {
 				return res, fmt.Errorf("seed slots: %w", err)
 			}
@@ -191,9 +191,9 @@ func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 		// Half-seeded (a crash between the two links): the one that exists
 		// names a complete slot; give the other the same.
 		slot := cur + good
-		link := l.UpgradeSlots.Current
+		link := l.UpgradeSlots().Current
 		if cur != "" {
-			link = l.UpgradeSlots.LastGood
+			link = l.UpgradeSlots().LastGood
 		}
 		if _, err := pointLink(l, link, slot); err != nil {
 			return res, fmt.Errorf("seed slots: %w", err)
@@ -209,13 +209,13 @@ func Seed(ctx context.Context, l layout.Layout) (SeedResult, error) {
 			if !same {
 				slot, err := adopt(ctx, l, bin, cur, good)
 				if err != nil {
-					return res, fmt.Errorf("seed slots: adopt %s: %w", l.AgentBinary, err)
+					return res, fmt.Errorf("seed slots: adopt %s: %w", l.AgentBinary(), err)
 				}
 				res.Changed, res.Adopted, res.Slot = true, true, slot
 			}
 		}
 	}
-	changed, err := fsutil.SymlinkAtomic(l.UpgradeSlots.Current, bin)
+	changed, err := fsutil.SymlinkAtomic(l.UpgradeSlots().Current, bin)
 	if err != nil {
 		return res, fmt.Errorf("seed slots: %w", err)
 	}
@@ -239,7 +239,7 @@ func adopt(ctx context.Context, l layout.Layout, bin, cur, good string) (string,
 	// last-good first: a crash in between leaves current behind last-good,
 	// which recovery resolves by pointing current at last-good, the
 	// adopted binary. The other order would be rolled back to the old one.
-	for _, link := range []string{l.UpgradeSlots.LastGood, l.UpgradeSlots.Current} {
+	for _, link := range []string{l.UpgradeSlots().LastGood, l.UpgradeSlots().Current} {
 		if _, err := pointLink(l, link, slot); err != nil {
 			return "", err
 		}
@@ -271,7 +271,7 @@ func copyIntoSlot(ctx context.Context, l layout.Layout, src, slot string) error 
 	if _, err := fsutil.WriteStreamAtomic(dst, f, 0o755); err != nil {
 		return err
 	}
-	if l.Root == "/" || l.Root == "" {
+	if l.Root() == "/" || l.Root() == "" {
 		if _, err := TestRun(ctx, dst); err != nil {
 			return err
 		}
@@ -283,9 +283,9 @@ func copyIntoSlot(ctx context.Context, l layout.Layout, src, slot string) error 
 // keeps them, uninstall removes them.
 func Kept(l layout.Layout) map[string]bool {
 	return map[string]bool{
-		filepath.Base(l.UpgradeSlots.Blue): true, filepath.Base(l.UpgradeSlots.Green): true,
-		filepath.Base(l.UpgradeSlots.Current): true, filepath.Base(l.UpgradeSlots.LastGood): true,
-		filepath.Base(l.RecoveryScript): true,
+		filepath.Base(l.UpgradeSlots().Blue): true, filepath.Base(l.UpgradeSlots().Green): true,
+		filepath.Base(l.UpgradeSlots().Current): true, filepath.Base(l.UpgradeSlots().LastGood): true,
+		filepath.Base(l.RecoveryScript()): true,
 	}
 }
 
@@ -294,18 +294,18 @@ func Kept(l layout.Layout) map[string]bool {
 // joined; a failure there would leave a node in the cluster with no agent
 // service, so start asks this before it touches the host.
 func CheckSeed(ctx context.Context, l layout.Layout) error {
-	bin := l.OnRoot(l.AgentBinary)
-	cur, err := linkSlot(l, l.UpgradeSlots.Current)
+	bin := l.OnRoot(l.AgentBinary())
+	cur, err := linkSlot(l, l.UpgradeSlots().Current)
 	if err != nil {
-		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir, l.Prefix, err, layout.RecoveryUnit)
+		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir(), l.Prefix(), err, layout.RecoveryUnit)
 	}
-	good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+	good, err := linkSlot(l, l.UpgradeSlots().LastGood)
 	if err != nil {
-		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir, l.Prefix, err, layout.RecoveryUnit)
+		return fmt.Errorf("upgrade slots in %s (prefix %q): %w; run systemctl start %s to repair the links", l.LibDir(), l.Prefix(), err, layout.RecoveryUnit)
 	}
 	fi, statErr := os.Lstat(bin)
 	regular := statErr == nil && fi.Mode().IsRegular()
-	live := l.Root == "/" || l.Root == ""
+	live := l.Root() == "/" || l.Root() == ""
 	switch {
 	case cur == "" && good == "":
 		if !regular {
@@ -313,17 +313,17 @@ func CheckSeed(ctx context.Context, l layout.Layout) error {
 			if statErr == nil {
 				what = "it is not a regular file (" + fi.Mode().Type().String() + ")"
 			}
-			return fmt.Errorf("no agent binary at %s (prefix %q from %s; %s): the agent service runs a copy of it; install it there first (install.sh --binary PATH, or place the binary at that path)", l.AgentBinary, l.Prefix, l.ConfigFile, what)
+			return fmt.Errorf("no agent binary at %s (prefix %q from %s; %s): the agent service runs a copy of it; install it there first (install.sh --binary PATH, or place the binary at that path)", l.AgentBinary(), l.Prefix(), l.ConfigFile(), what)
 		}
 		if live {
 			if _, err := TestRun(ctx, bin); err != nil {
-				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary, err)
+				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary(), err)
 			}
 		}
 	case cur != "" && good != "" && regular:
 		same, err := sameFile(bin, slotPath(l, cur))
 		if err != nil {
-			return fmt.Errorf("compare %s with slot %s: %w", l.AgentBinary, cur, err)
+			return fmt.Errorf("compare %s with slot %s: %w", l.AgentBinary(), cur, err)
 		}
 		if same {
 			return nil
@@ -332,14 +332,14 @@ func CheckSeed(ctx context.Context, l layout.Layout) error {
 		if r, err := LoadInFlight(l); err != nil {
 			return err
 		} else if r != nil {
-			return fmt.Errorf("a new binary at %s would replace the agent, but an upgrade to %s is in flight; wait for it to finish (aks-flex-node status --config %s)", l.AgentBinary, r.ToVersion, l.ConfigFile)
+			return fmt.Errorf("a new binary at %s would replace the agent, but an upgrade to %s is in flight; wait for it to finish (aks-flex-node status --config %s)", l.AgentBinary(), r.ToVersion, l.ConfigFile())
 		}
 		if cur != good {
-			return fmt.Errorf("a new binary at %s would replace the agent, but current (%s) and last-good (%s) differ; run systemctl start %s to repair the links", l.AgentBinary, cur, good, layout.RecoveryUnit)
+			return fmt.Errorf("a new binary at %s would replace the agent, but current (%s) and last-good (%s) differ; run systemctl start %s to repair the links", l.AgentBinary(), cur, good, layout.RecoveryUnit)
 		}
 		if live {
 			if _, err := TestRun(ctx, bin); err != nil {
-				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary, err)
+				return fmt.Errorf("agent binary %s: %w; install a working binary there", l.AgentBinary(), err)
 			}
 		}
 	}

@@ -40,15 +40,15 @@ type Status struct {
 // GetStatus reads the slots, links and records. Slot versions come from
 // test-running each slot, which only works on the live root.
 func GetStatus(ctx context.Context, l layout.Layout) (*Status, error) {
-	s := &Status{Prefix: l.Prefix, ConfigFile: l.ConfigFile, AgentBinary: l.AgentBinary}
+	s := &Status{Prefix: l.Prefix(), ConfigFile: l.ConfigFile(), AgentBinary: l.AgentBinary()}
 	versions := map[string]string{}
-	for _, p := range []string{l.UpgradeSlots.Blue, l.UpgradeSlots.Green} {
-		name := p[len(l.LibDir)+1:]
+	for _, p := range []string{l.UpgradeSlots().Blue, l.UpgradeSlots().Green} {
+		name := p[len(l.LibDir())+1:]
 		st := SlotStatus{Name: name, Path: p}
 		if _, err := os.Stat(l.OnRoot(p)); err == nil {
 			st.Present = true
 			st.SHA256, _ = fileSHA256(l.OnRoot(p))
-			if l.Root == "/" {
+			if l.Root() == "/" {
 				if info, err := TestRun(ctx, l.OnRoot(p)); err != nil {
 					st.Error = err.Error()
 				} else {
@@ -62,7 +62,7 @@ func GetStatus(ctx context.Context, l layout.Layout) (*Status, error) {
 	for _, lk := range []struct {
 		path string
 		out  *LinkStatus
-	}{{l.UpgradeSlots.Current, &s.Current}, {l.UpgradeSlots.LastGood, &s.LastGood}} {
+	}{{l.UpgradeSlots().Current, &s.Current}, {l.UpgradeSlots().LastGood, &s.LastGood}} {
 		lk.out.Path = lk.path
 		slot, err := linkSlot(l, lk.path)
 		if err != nil {

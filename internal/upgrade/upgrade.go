@@ -81,9 +81,9 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 		return nil, errors.New("agent-upgrade restarts the agent service and needs the running systemd of this host (not --root)")
 	}
 	if !o.Preflight {
-		for _, u := range append([]string{l.Units.Agent}, UnitPaths(l)...) {
+		for _, u := range append([]string{l.Units().Agent}, UnitPaths(l)...) {
 			if _, err := os.Stat(l.OnRoot(u)); err != nil {
-				return nil, fmt.Errorf("the agent service is not installed (%w); run aks-flex-node install-service --config %s first", err, l.ConfigFile)
+				return nil, fmt.Errorf("the agent service is not installed (%w); run aks-flex-node install-service --config %s first", err, l.ConfigFile())
 			}
 		}
 	}
@@ -97,16 +97,16 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if err := checkNotInFlight(ctx, l, o); err != nil {
 		return nil, err
 	}
-	cur, err := linkSlot(l, l.UpgradeSlots.Current)
+	cur, err := linkSlot(l, l.UpgradeSlots().Current)
 	if err != nil {
 		return nil, err
 	}
-	good, err := linkSlot(l, l.UpgradeSlots.LastGood)
+	good, err := linkSlot(l, l.UpgradeSlots().LastGood)
 	if err != nil {
 		return nil, err
 	}
 	if cur == "" || good == "" {
-		return nil, fmt.Errorf("the upgrade slots in %s are not seeded (prefix %q): run aks-flex-node install-service --config %s first", l.LibDir, l.Prefix, l.ConfigFile)
+		return nil, fmt.Errorf("the upgrade slots in %s are not seeded (prefix %q): run aks-flex-node install-service --config %s first", l.LibDir(), l.Prefix(), l.ConfigFile())
 	}
 	if cur != good {
 		return nil, fmt.Errorf("current (%s) and last-good (%s) differ with no upgrade in flight; the recovery unit repairs this: systemctl start %s", cur, good, layout.RecoveryUnit)
@@ -170,7 +170,7 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if err := os.Rename(staged, slotPath(l, plan.ToSlot)); err != nil {
 		return nil, fmt.Errorf("write slot %s: %w", plan.ToSlot, err)
 	}
-	if err := fsutil.SyncDir(l.OnRoot(l.LibDir)); err != nil {
+	if err := fsutil.SyncDir(l.OnRoot(l.LibDir())); err != nil {
 		return nil, err
 	}
 	failpoint.Hit(StepSlotWritten)
@@ -247,7 +247,7 @@ func switchCurrent(l layout.Layout, rec InFlight) error {
 		}
 		return fmt.Errorf("the upgrade record for %s changed before current was switched (%s); nothing was switched, see aks-flex-node status", rec.ToVersion, why)
 	}
-	_, err = pointLink(l, l.UpgradeSlots.Current, rec.ToSlot)
+	_, err = pointLink(l, l.UpgradeSlots().Current, rec.ToSlot)
 	return err
 }
 
@@ -258,10 +258,14 @@ const linksLockWait = 30 * time.Second
 // lockLinks takes LinksLockFile (see there), polling so a caller is never
 // stuck in an uninterruptible wait.
 func lockLinks(l layout.Layout, wait time.Duration) (func(), error) {
-	if err := fsutil.MkdirAll(l.OnRoot(l.StateDir), 0o755); err != nil {
+	return lockLinksAt(statePath(l, LinksLockFile), wait)
+}
+
+// lockLinksAt is lockLinks on the lock file p, as this process opens it.
+func lockLinksAt(p string, wait time.Duration) (func(), error) {
+	if err := fsutil.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
 	}
-	p := statePath(l, LinksLockFile)
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
@@ -274,11 +278,11 @@ func lockLinks(l layout.Layout, wait time.Duration) (func(), error) {
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", l.StateDir+"/"+LinksLockFile, err)
+			return nil, fmt.Errorf("lock %s: %w", p, err)
 		}
 		if time.Now().After(give) {
 			f.Close()
-			return nil, fmt.Errorf("lock %s: still held after %v (by the recovery script or an upgrade); see journalctl -u %s", l.StateDir+"/"+LinksLockFile, wait, layout.RecoveryUnit)
+			return nil, fmt.Errorf("lock %s: still held after %v (by the recovery script or an upgrade); see journalctl -u %s", p, wait, layout.RecoveryUnit)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -310,7 +314,7 @@ func compareVersions(a, b string) (int, bool) {
 }
 
 func lock(l layout.Layout) (func(), error) {
-	dir := l.OnRoot(l.StateDir)
+	dir := l.OnRoot(l.StateDir())
 	if err := fsutil.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -321,7 +325,7 @@ func lock(l layout.Layout) (func(), error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("another agent-upgrade is running (it holds %s)", l.StateDir+"/"+LockFile)
+		return nil, fmt.Errorf("another agent-upgrade is running (it holds %s)", l.StateDir()+"/"+LockFile)
 	}
 	return func() { f.Close() }, nil
 }
@@ -336,11 +340,11 @@ const staleAge = time.Minute
 // which the caller holds; link temp files are made by others too, so only
 // old ones go.
 func cleanStale(l layout.Layout) {
-	matches, _ := filepath.Glob(l.OnRoot(l.LibDir + "/.candidate-*"))
+	matches, _ := filepath.Glob(l.OnRoot(l.LibDir() + "/.candidate-*"))
 	for _, m := range matches {
 		os.Remove(m)
 	}
-	tmps, _ := filepath.Glob(l.OnRoot(l.LibDir + "/.*.tmp-*"))
+	tmps, _ := filepath.Glob(l.OnRoot(l.LibDir() + "/.*.tmp-*"))
 	for _, m := range tmps {
 		if fi, err := os.Lstat(m); err == nil && time.Since(fi.ModTime()) > staleAge {
 			os.Remove(m)
@@ -369,7 +373,7 @@ func checkNotInFlight(ctx context.Context, l layout.Layout, o Options) error {
 }
 
 func stage(l layout.Layout, src io.Reader) (path, sum string, err error) {
-	f, err := os.CreateTemp(l.OnRoot(l.LibDir), ".candidate-")
+	f, err := os.CreateTemp(l.OnRoot(l.LibDir()), ".candidate-")
 	if err != nil {
 		return "", "", err
 	}

@@ -69,8 +69,8 @@ func TestRecoveryUnitAndScriptAgree(t *testing.T) {
 		}
 		// The unit's placeholder and the path the script is written to
 		// must be the same path.
-		if f := strings.Fields(exec); len(f) == 0 || f[0] != l.RecoveryScript {
-			t.Errorf("prefix %q: ExecStart=%q does not run %s", prefix, exec, l.RecoveryScript)
+		if f := strings.Fields(exec); len(f) == 0 || f[0] != l.RecoveryScript() {
+			t.Errorf("prefix %q: ExecStart=%q does not run %s", prefix, exec, l.RecoveryScript())
 		}
 		if strings.Contains(text, ScriptPlaceholder) {
 			t.Errorf("placeholder left in the unit")
@@ -79,8 +79,8 @@ func TestRecoveryUnitAndScriptAgree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"readonly LIB_DIR=" + l.LibDir + "\n", "readonly CURRENT=" + l.UpgradeSlots.Current + "\n",
-			"readonly LAST_GOOD=" + l.UpgradeSlots.LastGood + "\n", "readonly STATE_DIR=" + l.StateDir + "\n",
+		for _, want := range []string{"readonly LIB_DIR=" + l.LibDir() + "\n", "readonly CURRENT=" + l.UpgradeSlots().Current + "\n",
+			"readonly LAST_GOOD=" + l.UpgradeSlots().LastGood + "\n", "readonly STATE_DIR=" + l.StateDir() + "\n",
 			"readonly RECOVERY_UNIT=" + layout.RecoveryUnit + "\n", "readonly TIMER_UNIT=" + layout.RecoveryTimer + "\n",
 			"\tagent-blue | agent-green) ;;\n", "$STATE_DIR/" + InFlightFile + "\"", "set -euo pipefail"} {
 			if !strings.Contains(script, want) {
@@ -91,13 +91,15 @@ func TestRecoveryUnitAndScriptAgree(t *testing.T) {
 			t.Error("timer does not start the recovery unit")
 		}
 	}
-	l, _ := layout.New("/", "", "")
-	l.Prefix = "/opt/$(reboot)"
-	if _, err := RenderRecoveryScript(l); err == nil {
-		t.Error("rendered a script for an invalid prefix")
+	if _, err := layout.New("/", "/opt/$(reboot)", ""); err == nil {
+		t.Error("layout.New accepted a prefix a shell would expand")
 	}
-	if _, err := RenderRecoveryUnit(l); err == nil {
-		t.Error("rendered a unit for an invalid prefix")
+	var notFromNew layout.Layout
+	if _, err := RenderRecoveryScript(notFromNew); !errors.Is(err, layout.ErrNotFromNew) {
+		t.Errorf("rendered a script for a layout layout.New did not make: %v", err)
+	}
+	if _, err := RenderRecoveryUnit(notFromNew); !errors.Is(err, layout.ErrNotFromNew) {
+		t.Errorf("rendered a unit for a layout layout.New did not make: %v", err)
 	}
 }
 
@@ -122,8 +124,8 @@ func TestRenderedScriptShellcheck(t *testing.T) {
 func TestSeedFirstInstallIdempotentAndAdopt(t *testing.T) {
 	ctx := context.Background()
 	l := testLayout(t)
-	bin := l.OnRoot(l.AgentBinary)
-	if _, err := Seed(ctx, l); err == nil || !strings.Contains(err.Error(), l.AgentBinary) {
+	bin := l.OnRoot(l.AgentBinary())
+	if _, err := Seed(ctx, l); err == nil || !strings.Contains(err.Error(), l.AgentBinary()) {
 		t.Fatalf("seed without a binary: %v", err)
 	}
 	v1 := fakeAgent("v1.0.0")
@@ -132,13 +134,13 @@ func TestSeedFirstInstallIdempotentAndAdopt(t *testing.T) {
 	if err != nil || !res.Changed || res.Slot != "agent-blue" {
 		t.Fatalf("first seed: %+v %v", res, err)
 	}
-	for _, link := range []string{l.UpgradeSlots.Current, l.UpgradeSlots.LastGood} {
+	for _, link := range []string{l.UpgradeSlots().Current, l.UpgradeSlots().LastGood} {
 		if s, err := linkSlot(l, link); s != "agent-blue" || err != nil {
 			t.Errorf("%s -> %q %v", link, s, err)
 		}
 	}
-	if target, err := os.Readlink(bin); err != nil || target != l.UpgradeSlots.Current {
-		t.Errorf("agentBinary is %q %v, want a link to %s", target, err, l.UpgradeSlots.Current)
+	if target, err := os.Readlink(bin); err != nil || target != l.UpgradeSlots().Current {
+		t.Errorf("agentBinary is %q %v, want a link to %s", target, err, l.UpgradeSlots().Current)
 	}
 	if res, err := Seed(ctx, l); err != nil || res.Changed {
 		t.Fatalf("second seed changed something: %+v %v", res, err)
@@ -157,10 +159,10 @@ func TestSeedFirstInstallIdempotentAndAdopt(t *testing.T) {
 	if err != nil || !res.Adopted || res.Slot != "agent-green" {
 		t.Fatalf("adopt: %+v %v", res, err)
 	}
-	if s, _ := linkSlot(l, l.UpgradeSlots.LastGood); s != "agent-green" {
+	if s, _ := linkSlot(l, l.UpgradeSlots().LastGood); s != "agent-green" {
 		t.Errorf("last-good after adopt: %s", s)
 	}
-	if target, _ := os.Readlink(bin); target != l.UpgradeSlots.Current {
+	if target, _ := os.Readlink(bin); target != l.UpgradeSlots().Current {
 		t.Errorf("agentBinary link not restored after adopt: %q", target)
 	}
 	if got, _ := os.ReadFile(slotPath(l, "agent-green")); string(got) != string(v2) {
@@ -168,11 +170,11 @@ func TestSeedFirstInstallIdempotentAndAdopt(t *testing.T) {
 	}
 
 	// Half-seeded (crash between the two links) is repaired.
-	os.Remove(l.OnRoot(l.UpgradeSlots.LastGood))
+	os.Remove(l.OnRoot(l.UpgradeSlots().LastGood))
 	if res, err := Seed(ctx, l); err != nil || !res.Changed {
 		t.Fatalf("repair: %+v %v", res, err)
 	}
-	if s, _ := linkSlot(l, l.UpgradeSlots.LastGood); s != "agent-green" {
+	if s, _ := linkSlot(l, l.UpgradeSlots().LastGood); s != "agent-green" {
 		t.Errorf("last-good after repair: %s", s)
 	}
 
@@ -233,7 +235,7 @@ func TestCompareVersions(t *testing.T) {
 func seeded(t *testing.T, version string) layout.Layout {
 	t.Helper()
 	l := testLayout(t)
-	put(t, l.OnRoot(l.AgentBinary), fakeAgent(version))
+	put(t, l.OnRoot(l.AgentBinary()), fakeAgent(version))
 	if _, err := Seed(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +243,7 @@ func seeded(t *testing.T, version string) layout.Layout {
 }
 
 func offline(l layout.Layout) Options {
-	return Options{Manager: systemd.NewManager(l.Root), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Preflight: true}
+	return Options{Manager: systemd.NewManager(l.Root()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Preflight: true}
 }
 
 func TestPreflightFromURLVerifiesAndChangesNothing(t *testing.T) {
@@ -267,7 +269,7 @@ func TestPreflightFromURLVerifiesAndChangesNothing(t *testing.T) {
 	if _, err := os.Lstat(slotPath(l, "agent-green")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("preflight wrote the inactive slot: %v", err)
 	}
-	if m, _ := filepath.Glob(l.OnRoot(l.LibDir + "/.candidate-*")); len(m) > 0 {
+	if m, _ := filepath.Glob(l.OnRoot(l.LibDir() + "/.candidate-*")); len(m) > 0 {
 		t.Errorf("preflight left %v", m)
 	}
 
