@@ -36,7 +36,7 @@ var Sysctls = [][2]string{
 }
 
 // Runner executes host commands; tests replace it.
-type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
+type Runner = hostos.Runner
 
 func execRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, name, args...).CombinedOutput()
