@@ -3,8 +3,10 @@
 // configuration, unit and bootstrap kubeconfig, the cluster CA, the
 // fallback bridge CNI network, and on cgroup v1 hosts the unit that makes
 // the cgroup hierarchies writable. Files are rendered from the config by
-// pure functions (Render) and written into the machine's rootfs (Write);
-// images are imported through the machine's exec (ImportImages).
+// pure functions (Render; the text of the units and the script is in
+// internal/genfile, the configs are marshalled from their Go types) and
+// written into the machine's rootfs (Write); images are imported through
+// the machine's exec (ImportImages).
 //
 // Every path here is a path inside the machine. systemctl cannot run in a
 // stopped machine's rootfs, so units are enabled by creating the
@@ -91,9 +93,6 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 		secret bool
 		render func(*inputs) ([]byte, error)
 	}
-	fixed := func(s string) func(*inputs) ([]byte, error) {
-		return func(*inputs) ([]byte, error) { return []byte(s), nil }
-	}
 	steps := []step{
 		{ClusterCAFile, 0o644, false, func(in *inputs) ([]byte, error) { return in.caPEM, nil }},
 		{BootstrapKubeconf, 0o600, true, renderBootstrapKubeconfig},
@@ -103,8 +102,8 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 	}
 	if o.CgroupV1 {
 		steps = append(steps,
-			step{CgroupRWScript, 0o755, false, fixed(cgroupRWScript)},
-			step{CgroupRWUnitFile, 0o644, false, fixed(cgroupRWUnit)},
+			step{CgroupRWScript, 0o755, false, renderCgroupRWScript},
+			step{CgroupRWUnitFile, 0o644, false, renderCgroupRWUnit},
 		)
 	}
 	steps = append(steps,
