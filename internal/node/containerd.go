@@ -6,6 +6,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/Azure/aks-flex-node/internal/genfile"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
 // containerd's config.toml, version 2 schema: containerd 1.6 and 1.7 read
@@ -69,7 +70,7 @@ func renderContainerdConfig(in *inputs) ([]byte, error) {
 					},
 				}},
 			},
-			CNI: criCNI{BinDir: CNIBinDir, ConfDir: CNIConfDir},
+			CNI: criCNI{BinDir: nodedirs.CNIBin, ConfDir: CNIConfDir},
 		}},
 	}
 	var b bytes.Buffer

@@ -22,18 +22,17 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
-// Paths inside the machine. The binaries are installed there by the
-// artifact package at these locations.
+// Paths inside the machine. The binaries are installed by the artifact
+// package into the directories of nodedirs, from which these derive.
 const (
-	ContainerdBinary  = "/usr/local/bin/containerd"
-	KubeletBinary     = "/usr/local/bin/kubelet"
-	CtrBinary         = "/usr/local/bin/ctr"
-	RuncBinary        = "/usr/local/sbin/runc"
-	CNIBinDir         = "/opt/cni/bin"
+	ContainerdBinary  = nodedirs.Bin + "/containerd"
+	KubeletBinary     = nodedirs.Bin + "/kubelet"
+	CtrBinary         = nodedirs.Bin + "/ctr"
+	RuncBinary        = nodedirs.Sbin + "/runc"
 	CNIConfDir        = "/etc/cni/net.d"
-	ImageArchiveDir   = "/var/lib/aks-flex-node/images"
 	ContainerdSocket  = "/run/containerd/containerd.sock"
 	ContainerdConfig  = "/etc/containerd/config.toml"
 	KubeletConfigFile = "/var/lib/kubelet/config.yaml"
