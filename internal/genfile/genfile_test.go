@@ -2,7 +2,13 @@ package genfile
 
 import (
 	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -114,5 +120,45 @@ func TestCheckScript(t *testing.T) {
 	}
 	if err := checkScript([]byte("#!/bin/sh\n" + Header)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestNoGeneratedTextOutsideAssets: a string literal in product code that
+// holds a unit section header, or a header of its own, is a generated file
+// being built by hand again instead of from assets/.
+func TestNoGeneratedTextOutsideAssets(t *testing.T) {
+	section := regexp.MustCompile(`(?m)^\[(Unit|Service|Install|Timer|Socket|Path|Mount|Exec|Files|Network)\]$`)
+	fset := token.NewFileSet()
+	for _, dir := range []string{"../../internal", "../../cmd"} {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, p, nil, 0)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return true
+				}
+				switch {
+				case section.MatchString(s):
+					t.Errorf("%s: a unit section in a string literal; put the file in internal/genfile/assets", fset.Position(lit.Pos()))
+				case strings.Contains(s, "changes are overwritten") && filepath.Base(p) != "genfile.go":
+					t.Errorf("%s: a generated-file header of its own; use genfile.Render or genfile.WithHeader", fset.Position(lit.Pos()))
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
