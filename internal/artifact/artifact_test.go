@@ -16,6 +16,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/node"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
 var testComponents = Components{Kubernetes: "1.35.0", Containerd: "1.6.20", Runc: "1.3.0", CNI: "1.6.2", Crictl: "1.35.0"}
@@ -289,6 +292,15 @@ func TestInstallIdempotent(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "opt/cni/bin/LICENSE")); err == nil {
 		t.Error("LICENSE installed as a plugin")
+	}
+	// The units and configs node renders run what was installed here.
+	for _, p := range []string{node.KubeletBinary, node.ContainerdBinary, node.CtrBinary, node.RuncBinary, nodedirs.CNIBin + "/bridge"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("node names %s, which Install did not write: %v", p, err)
+		}
+	}
+	if archives, err := node.ImageArchives(root); err != nil || len(archives) != 1 {
+		t.Errorf("node finds image archives %q, %v; want the one installed", archives, err)
 	}
 	kubelet := filepath.Join(root, "usr/local/bin/kubelet")
 	old := time.Unix(1000, 0)

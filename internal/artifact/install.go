@@ -16,17 +16,8 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 	"github.com/Azure/aks-flex-node/internal/task"
-)
-
-// Where things go inside the machine rootfs.
-const (
-	MachineBinDir  = "/usr/local/bin"
-	MachineSbinDir = "/usr/local/sbin"
-	CNIBinDir      = "/opt/cni/bin"
-	// ImageDir holds image archives for the node package to import into
-	// containerd (inside the machine, not the host's state dir).
-	ImageDir = "/var/lib/aks-flex-node/images"
 )
 
 const (
@@ -45,9 +36,10 @@ type installer struct {
 
 // Install verifies the bundle in dir (integrity only: compare versions
 // with the config through Verify first) and then installs it into the
-// machine rootfs machineRoot: kubelet, kubectl, containerd's bin/* and
-// crictl into /usr/local/bin, runc as /usr/local/sbin/runc, the CNI
-// plugins into /opt/cni/bin, and image archives into ImageDir. Nothing is
+// machine rootfs machineRoot, where the node package says they go:
+// kubelet, kubectl, containerd's bin/* and crictl into nodedirs.Bin, runc
+// into nodedirs.Sbin, the CNI plugins into nodedirs.CNIBin, and image
+// archives into nodedirs.ImageArchives. Nothing is
 // written unless the whole bundle verifies. Writes are atomic, and a file
 // that already has the wanted content and mode is left alone, so a re-run
 // reports Changed=false. Directories are resolved inside machineRoot, so
@@ -77,24 +69,24 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 		var err error
 		switch f.Component {
 		case Kubelet, Kubectl:
-			err = in.file(f, MachineBinDir, path.Base(f.Path), binMode)
+			err = in.file(f, nodedirs.Bin, path.Base(f.Path), binMode)
 		case Runc:
-			err = in.file(f, MachineSbinDir, "runc", binMode)
+			err = in.file(f, nodedirs.Sbin, "runc", binMode)
 		case Containerd:
-			err = in.tarball(f, MachineBinDir, func(name string) (string, bool) {
+			err = in.tarball(f, nodedirs.Bin, func(name string) (string, bool) {
 				rest, ok := strings.CutPrefix(name, "bin/")
 				return rest, ok && rest != "" && !strings.Contains(rest, "/")
 			})
 		case CNI, Crictl:
-			dst := CNIBinDir
+			dst := nodedirs.CNIBin
 			if f.Component == Crictl {
-				dst = MachineBinDir
+				dst = nodedirs.Bin
 			}
 			err = in.tarball(f, dst, func(name string) (string, bool) {
 				return name, !strings.Contains(name, "/")
 			})
 		case ImageFile:
-			err = in.file(f, ImageDir, path.Base(f.Path), imageMode)
+			err = in.file(f, nodedirs.ImageArchives, path.Base(f.Path), imageMode)
 		}
 		if err != nil {
 			return task.Result{Changed: in.changed > 0}, fmt.Errorf("install %s: %w", f.Path, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/genfile"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -36,7 +37,7 @@ var Sysctls = [][2]string{
 }
 
 // Runner executes host commands; tests replace it.
-type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
+type Runner = hostos.Runner
 
 func execRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, name, args...).CombinedOutput()
@@ -86,7 +87,11 @@ func loadedModules(procDir string) map[string]bool {
 
 func (p *Pipeline) kernelModulesTask() task.Task {
 	return task.Func{N: "load-kernel-modules", F: func(ctx context.Context) (task.Result, error) {
-		changed, err := fsutil.WriteFile(p.Layout.OnRoot(p.Layout.ModulesLoadFile()), []byte(strings.Join(RequiredModules, "\n")+"\n"), 0o644)
+		text, err := genfile.Render(genfile.ModulesLoad, RequiredModules)
+		if err != nil {
+			return task.Result{}, err
+		}
+		changed, err := fsutil.WriteFile(p.Layout.OnRoot(p.Layout.ModulesLoadFile()), text, 0o644)
 		if err != nil {
 			return task.Result{}, err
 		}
@@ -114,12 +119,11 @@ func (p *Pipeline) kernelModulesTask() task.Task {
 
 func (p *Pipeline) sysctlTask() task.Task {
 	return task.Func{N: "apply-sysctls", F: func(ctx context.Context) (task.Result, error) {
-		var b strings.Builder
-		b.WriteString("# Written by aks-flex-node: settings a Kubernetes node needs.\n")
-		for _, kv := range Sysctls {
-			fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
+		text, err := genfile.Render(genfile.Sysctl, Sysctls)
+		if err != nil {
+			return task.Result{}, err
 		}
-		changed, err := fsutil.WriteFile(p.Layout.OnRoot(p.Layout.SysctlDropIn()), []byte(b.String()), 0o644)
+		changed, err := fsutil.WriteFile(p.Layout.OnRoot(p.Layout.SysctlDropIn()), text, 0o644)
 		if err != nil {
 			return task.Result{}, err
 		}

@@ -118,7 +118,7 @@ func (p *Pipeline) init() {
 	p.runner = &task.Runner{Log: p.Log, Starting: func(name string) { p.progressf("%s ...", name) }}
 	p.control = &machine.Control{}
 	if p.Exec != nil {
-		p.control.Run = machine.Runner(p.Exec)
+		p.control.Run = p.Exec
 	}
 }
 

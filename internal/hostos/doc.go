@@ -2,7 +2,9 @@
 // os-release parser, the mapping of a distribution to a Family, and the
 // capability probes (mount table, read-only /usr, writable directories,
 // package manager, required tools, SELinux, systemd, systemd-nspawn,
-// systemd-sysext overlays, cgroup mode) that preflight and install.sh report.
+// systemd-sysext overlays, cgroup mode) that preflight and install.sh report,
+// and Runner, the one type for running a host command (systemctl,
+// machinectl, nsenter, modprobe) that every package doing so takes.
 //
 // Every probe reports what it found and where it looked; nothing is inferred
 // from the distribution name. The family is for messages and for choosing a

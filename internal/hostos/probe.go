@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -32,10 +31,10 @@ type Prober struct {
 	// fixtures; mount points in it are read as paths inside Root.
 	ProcDir string
 
-	// Run executes a host command; nil means os/exec. It is only used when
+	// Run executes a host command; nil means Exec. It is only used when
 	// Root is "/", since running an image's binaries on this host proves
 	// nothing about the image.
-	Run func(ctx context.Context, name string, args ...string) ([]byte, error)
+	Run Runner
 }
 
 func (p *Prober) root() string { return normRoot(p.Root) }
@@ -56,7 +55,7 @@ func (p *Prober) run(ctx context.Context, name string, args ...string) ([]byte, 
 	if p.Run != nil {
 		return p.Run(ctx, name, args...)
 	}
-	return exec.CommandContext(ctx, name, args...).Output()
+	return Exec(ctx, name, args...)
 }
 
 // MountInfoPath is where the mount table is read from, or "" when there is
@@ -307,7 +306,7 @@ func (p *Prober) Systemd(ctx context.Context) Systemd {
 	}
 	out, err := p.run(ctx, ctl, "--version")
 	if err != nil {
-		s.Notes = append(s.Notes, fmt.Sprintf("systemd.version unknown: %s --version: %v", ctl, err))
+		s.Notes = append(s.Notes, fmt.Sprintf("systemd.version unknown: %v", err))
 		return s
 	}
 	v, err := ParseSystemctlVersion(out)

@@ -5,39 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/hostos"
 )
-
-// Runner runs a host command and returns its standard output. On failure
-// it still returns what the command printed, so callers can read states
-// that come with a non-zero exit (systemctl is-system-running).
-type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
-
-// ExecRunner runs commands with os/exec; a failure carries the command
-// line and its standard error.
-func ExecRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg != "" {
-			return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
-		}
-		return out, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
-	}
-	return out, nil
-}
 
 // Control starts, stops and enters machines on the running host through
 // machinectl, systemctl and nsenter. The zero value is ready to use.
 type Control struct {
-	// Run runs host commands; nil means ExecRunner.
-	Run Runner
+	// Run runs machinectl, systemctl and nsenter; nil means hostos.Exec.
+	Run hostos.Runner
 	// Poll is how often state is re-read while waiting; 0 means 500ms.
 	Poll time.Duration
 	// StopTimeout bounds the clean poweroff before the machine is
@@ -50,7 +29,7 @@ func (c *Control) run(ctx context.Context, name string, args ...string) ([]byte,
 	if c.Run != nil {
 		return c.Run(ctx, name, args...)
 	}
-	return ExecRunner(ctx, name, args...)
+	return hostos.Exec(ctx, name, args...)
 }
 
 func (c *Control) poll() time.Duration {

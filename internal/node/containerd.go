@@ -2,9 +2,11 @@ package node
 
 import (
 	"bytes"
-	"fmt"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/Azure/aks-flex-node/internal/genfile"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
 // containerd's config.toml, version 2 schema: containerd 1.6 and 1.7 read
@@ -68,121 +70,42 @@ func renderContainerdConfig(in *inputs) ([]byte, error) {
 					},
 				}},
 			},
-			CNI: criCNI{BinDir: CNIBinDir, ConfDir: CNIConfDir},
+			CNI: criCNI{BinDir: nodedirs.CNIBin, ConfDir: CNIConfDir},
 		}},
 	}
 	var b bytes.Buffer
-	b.WriteString("# Written by aks-flex-node; changes are overwritten.\n")
 	if err := toml.NewEncoder(&b).SetIndentTables(true).Encode(cfg); err != nil {
 		return nil, err
 	}
-	return b.Bytes(), nil
+	return genfile.WithHeader(b.Bytes()), nil
 }
 
 func renderContainerdUnit(in *inputs) ([]byte, error) {
-	after, wants := "network.target local-fs.target", ""
+	cgroupRW := ""
 	if in.o.CgroupV1 {
-		after += " " + CgroupRWUnitName
-		wants = "Wants=" + CgroupRWUnitName + "\n"
+		cgroupRW = CgroupRWUnitName
 	}
-	return fmt.Appendf(nil, `# Written by aks-flex-node; changes are overwritten.
-[Unit]
-Description=containerd container runtime
-Documentation=https://containerd.io
-After=%s
-%s
-[Service]
-# The overlay module may be built in or already loaded by the host, and a
-# machine cannot load modules anyway: a failure here is not fatal.
-ExecStartPre=-/sbin/modprobe overlay
-ExecStart=%s --config %s
-Type=notify
-# containerd and its shims manage the cgroups of the containers below
-# them; on stop only containerd goes, the shims keep pods running.
-Delegate=yes
-KillMode=process
-Restart=always
-RestartSec=5
-# Inside the machine the inherited limits are whatever nspawn got.
-LimitNOFILE=%d
-LimitNPROC=%s
-LimitCORE=infinity
-TasksMax=infinity
-# Upstream uses -999, which needs CAP_SYS_RESOURCE. With
-# restrict_oom_score_adj containerd's own score is the floor for every
-# container, so it must be one the machine can always hold.
-OOMScoreAdjust=0
-
-[Install]
-WantedBy=multi-user.target
-`, after, wants, ContainerdBinary, ContainerdConfig, in.o.ContainerdLimitNOFILE, in.o.ContainerdLimitNPROC), nil
+	return genfile.Render(genfile.ContainerdUnit, struct {
+		CgroupRWUnit, Binary, ConfigFile, LimitNPROC string
+		LimitNOFILE                                  int
+	}{cgroupRW, ContainerdBinary, ContainerdConfig, in.o.ContainerdLimitNPROC, in.o.ContainerdLimitNOFILE})
 }
 
-// cgroupRWUnit and cgroupRWScript exist only on cgroup v1 hosts, where
-// systemd-nspawn mounts the controller hierarchies read-only inside the
-// machine and the kubelet then fails with "mkdir
+// renderCgroupRWUnit and renderCgroupRWScript are used only on cgroup v1
+// hosts, where systemd-nspawn mounts the controller hierarchies read-only
+// inside the machine and the kubelet then fails with "mkdir
 // /sys/fs/cgroup/cpuset/kubepods: read-only file system".
-const cgroupRWUnit = `# Written by aks-flex-node; changes are overwritten.
-[Unit]
-Description=Make the cgroup v1 hierarchies writable for containerd and the kubelet
-DefaultDependencies=no
-After=local-fs.target
-Before=` + ContainerdUnitName + ` ` + KubeletUnitName + `
-ConditionPathIsDirectory=/sys/fs/cgroup
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=` + CgroupRWScript + `
-
-[Install]
-WantedBy=multi-user.target
-`
-
-// The script remounts read-write every read-only cgroup hierarchy mounted
-// directly under /sys/fs/cgroup, and the /sys/fs/cgroup tmpfs itself if it
-// is read-only. It reads the mount table once before changing it, and a
-// second run finds nothing read-only and does nothing.
-const cgroupRWScript = `#!/bin/sh
-# Written by aks-flex-node; changes are overwritten.
-# systemd-nspawn mounts the cgroup v1 hierarchies read-only in the machine;
-# containerd and the kubelet create cgroups there, so make them writable.
-set -eu
-
-# /proc/self/mountinfo: id parent major:minor root mountpoint options
-# [optional fields...] - fstype source superoptions
-read_only_cgroup_mounts() {
-	while IFS= read -r line; do
-		rest=${line#* * * * }
-		mnt=${rest%% *}
-		rest=${rest#* }
-		opts=${rest%% *}
-		fstype=${line#* - }
-		fstype=${fstype%% *}
-		case ",$opts," in
-		*,ro,*) ;;
-		*) continue ;;
-		esac
-		case "$mnt" in
-		/sys/fs/cgroup)
-			if [ "$fstype" = tmpfs ]; then
-				printf '%s\n' "$mnt"
-			fi
-			;;
-		/sys/fs/cgroup/*/*) ;;
-		/sys/fs/cgroup/*)
-			case "$fstype" in
-			cgroup | cgroup2) printf '%s\n' "$mnt" ;;
-			esac
-			;;
-		esac
-	done </proc/self/mountinfo
-	return 0
+func renderCgroupRWUnit(*inputs) ([]byte, error) {
+	return genfile.Render(genfile.CgroupRWUnit, struct{ ContainerdUnit, KubeletUnit, Script string }{
+		ContainerdUnitName, KubeletUnitName, CgroupRWScript,
+	})
 }
 
-mounts=$(read_only_cgroup_mounts)
-for mnt in $mounts; do
-	echo "remounting $mnt read-write"
-	mount -o remount,bind,rw "$mnt"
-done
-`
+// renderCgroupRWScript: the script remounts read-write every read-only
+// cgroup hierarchy mounted directly under /sys/fs/cgroup, and the
+// /sys/fs/cgroup tmpfs itself if it is read-only. It reads the mount table
+// once before changing it, and a second run finds nothing read-only and
+// does nothing.
+func renderCgroupRWScript(*inputs) ([]byte, error) {
+	return genfile.Render(genfile.CgroupRWScript, nil)
+}

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
 // ExecFunc runs a command inside the machine (args[0] is the program) and
@@ -23,11 +25,11 @@ type ExecFunc func(ctx context.Context, args ...string) ([]byte, error)
 // kubelet, sees images in.
 const criNamespace = "k8s.io"
 
-// ImageArchives lists the image archives (*.tar in ImageArchiveDir) of the
+// ImageArchives lists the image archives (*.tar in nodedirs.ImageArchives) of the
 // machine at machineRoot, as paths inside the machine, sorted. A missing
 // directory is no archives.
 func ImageArchives(machineRoot string) ([]string, error) {
-	dir := filepath.Join(machineRoot, ImageArchiveDir)
+	dir := filepath.Join(machineRoot, nodedirs.ImageArchives)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -38,7 +40,7 @@ func ImageArchives(machineRoot string) ([]string, error) {
 	var out []string
 	for _, e := range entries {
 		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".tar") {
-			out = append(out, path.Join(ImageArchiveDir, e.Name()))
+			out = append(out, path.Join(nodedirs.ImageArchives, e.Name()))
 		}
 	}
 	sort.Strings(out)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
 func writeTar(t *testing.T, file string, members map[string]string) {
@@ -78,9 +80,9 @@ func (f *fakeCtr) exec(_ context.Context, args ...string) ([]byte, error) {
 
 func TestImportImagesIdempotent(t *testing.T) {
 	root := t.TempDir()
-	docker := path.Join(ImageArchiveDir, "pause.tar")
-	oci := path.Join(ImageArchiveDir, "busybox.tar")
-	tagOnly := path.Join(ImageArchiveDir, "tagonly.tar")
+	docker := path.Join(nodedirs.ImageArchives, "pause.tar")
+	oci := path.Join(nodedirs.ImageArchives, "busybox.tar")
+	tagOnly := path.Join(nodedirs.ImageArchives, "tagonly.tar")
 	writeTar(t, filepath.Join(root, docker), map[string]string{
 		"manifest.json": `[{"Config":"c.json","RepoTags":["registry.local/pause:3.10"],"Layers":["l.tar"]}]`,
 	})
@@ -91,7 +93,7 @@ func TestImportImagesIdempotent(t *testing.T) {
 	writeTar(t, filepath.Join(root, tagOnly), map[string]string{
 		"index.json": `{"schemaVersion":2,"manifests":[{"digest":"sha256:00","size":1,"annotations":{"org.opencontainers.image.ref.name":"latest"}}]}`,
 	})
-	if err := os.WriteFile(filepath.Join(root, ImageArchiveDir, "README"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, nodedirs.ImageArchives, "README"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -126,7 +128,7 @@ func TestImportImagesIdempotent(t *testing.T) {
 	if err := ImportImages(ctx, root, ctr.exec, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := ImportImages(ctx, root, ctr.exec, []string{path.Join(ImageArchiveDir, "missing.tar")}); err == nil || !strings.Contains(err.Error(), "missing.tar") {
+	if err := ImportImages(ctx, root, ctr.exec, []string{path.Join(nodedirs.ImageArchives, "missing.tar")}); err == nil || !strings.Contains(err.Error(), "missing.tar") {
 		t.Errorf("missing archive: err = %v", err)
 	}
 	failing := func(context.Context, ...string) ([]byte, error) {

@@ -10,6 +10,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/Azure/aks-flex-node/internal/genfile"
 )
 
 // renderKubeletConfig renders the KubeletConfiguration. Everything the
@@ -74,7 +76,7 @@ func renderKubeletConfig(in *inputs) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append([]byte("# Written by aks-flex-node; changes are overwritten.\n"), data...), nil
+	return genfile.WithHeader(data), nil
 }
 
 // parseTaint reads key[=value]:Effect, the form config validation accepts.
@@ -96,37 +98,13 @@ func parseTaint(s string) (corev1.Taint, error) {
 // and labels. Each value was checked against unitArgRE, so none needs
 // quoting for systemd.
 func renderKubeletUnit(in *inputs) ([]byte, error) {
-	args := []string{
-		KubeletBinary,
-		"--config=" + KubeletConfigFile,
-		"--bootstrap-kubeconfig=" + BootstrapKubeconf,
-		"--kubeconfig=" + KubeletKubeconf,
-		"--hostname-override=" + in.nodeName,
-	}
-	if in.nodeIP != "" {
-		args = append(args, "--node-ip="+in.nodeIP)
-	}
-	if len(in.labels) > 0 {
-		args = append(args, "--node-labels="+strings.Join(in.labels, ","))
-	}
-	return fmt.Appendf(nil, `# Written by aks-flex-node; changes are overwritten.
-[Unit]
-Description=kubelet: the Kubernetes node agent
-Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/
-After=%[1]s
-Requires=%[1]s
-# The kubelet restarts until the API server and containerd answer; a start
-# limit would leave the node down for good after a long outage.
-StartLimitIntervalSec=0
-
-[Service]
-ExecStart=%[2]s
-Restart=always
-RestartSec=5
-
-[Install]
-WantedBy=multi-user.target
-`, ContainerdUnitName, strings.Join(args, " \\\n\t")), nil
+	return genfile.Render(genfile.KubeletUnit, struct {
+		ContainerdUnit, Binary, ConfigFile, BootstrapKubeconfig, Kubeconfig string
+		NodeName, NodeIP, NodeLabels                                        string
+	}{
+		ContainerdUnitName, KubeletBinary, KubeletConfigFile, BootstrapKubeconf, KubeletKubeconf,
+		in.nodeName, in.nodeIP, strings.Join(in.labels, ","),
+	})
 }
 
 // renderBootstrapKubeconfig renders the kubeconfig the kubelet uses once,

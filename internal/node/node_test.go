@@ -594,8 +594,9 @@ func TestCgroupScriptSelects(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "mount"), []byte(stub), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := strings.Replace(cgroupRWScript, "</proc/self/mountinfo", "<"+mountinfo, 1)
-	if script == cgroupRWScript {
+	rendered := string(renderMap(t, testConfig(), Options{CgroupV1: true})[CgroupRWScript].Data)
+	script := strings.Replace(rendered, "</proc/self/mountinfo", "<"+mountinfo, 1)
+	if script == rendered {
 		t.Fatal("script no longer reads /proc/self/mountinfo")
 	}
 	cmd := exec.Command(sh, "-c", script)

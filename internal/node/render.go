@@ -3,8 +3,10 @@
 // configuration, unit and bootstrap kubeconfig, the cluster CA, the
 // fallback bridge CNI network, and on cgroup v1 hosts the unit that makes
 // the cgroup hierarchies writable. Files are rendered from the config by
-// pure functions (Render) and written into the machine's rootfs (Write);
-// images are imported through the machine's exec (ImportImages).
+// pure functions (Render; the text of the units and the script is in
+// internal/genfile, the configs are marshalled from their Go types) and
+// written into the machine's rootfs (Write); images are imported through
+// the machine's exec (ImportImages).
 //
 // Every path here is a path inside the machine. systemctl cannot run in a
 // stopped machine's rootfs, so units are enabled by creating the
@@ -20,18 +22,17 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
-// Paths inside the machine. The binaries are installed there by the
-// artifact package at these locations.
+// Paths inside the machine. The binaries are installed by the artifact
+// package into the directories of nodedirs, from which these derive.
 const (
-	ContainerdBinary  = "/usr/local/bin/containerd"
-	KubeletBinary     = "/usr/local/bin/kubelet"
-	CtrBinary         = "/usr/local/bin/ctr"
-	RuncBinary        = "/usr/local/sbin/runc"
-	CNIBinDir         = "/opt/cni/bin"
+	ContainerdBinary  = nodedirs.Bin + "/containerd"
+	KubeletBinary     = nodedirs.Bin + "/kubelet"
+	CtrBinary         = nodedirs.Bin + "/ctr"
+	RuncBinary        = nodedirs.Sbin + "/runc"
 	CNIConfDir        = "/etc/cni/net.d"
-	ImageArchiveDir   = "/var/lib/aks-flex-node/images"
 	ContainerdSocket  = "/run/containerd/containerd.sock"
 	ContainerdConfig  = "/etc/containerd/config.toml"
 	KubeletConfigFile = "/var/lib/kubelet/config.yaml"
@@ -91,9 +92,6 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 		secret bool
 		render func(*inputs) ([]byte, error)
 	}
-	fixed := func(s string) func(*inputs) ([]byte, error) {
-		return func(*inputs) ([]byte, error) { return []byte(s), nil }
-	}
 	steps := []step{
 		{ClusterCAFile, 0o644, false, func(in *inputs) ([]byte, error) { return in.caPEM, nil }},
 		{BootstrapKubeconf, 0o600, true, renderBootstrapKubeconfig},
@@ -103,8 +101,8 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 	}
 	if o.CgroupV1 {
 		steps = append(steps,
-			step{CgroupRWScript, 0o755, false, fixed(cgroupRWScript)},
-			step{CgroupRWUnitFile, 0o644, false, fixed(cgroupRWUnit)},
+			step{CgroupRWScript, 0o755, false, renderCgroupRWScript},
+			step{CgroupRWUnitFile, 0o644, false, renderCgroupRWUnit},
 		)
 	}
 	steps = append(steps,

@@ -4,17 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/hostos"
 )
 
 // Manager runs systemctl against the live host, or edits a root tree
 // offline (enable/disable through `systemctl --root`) when Root is not "/".
 type Manager struct {
 	Root string
-	// Exec runs a command and returns its combined output; tests and
-	// image baking may replace it.
-	Exec func(ctx context.Context, name string, args ...string) ([]byte, error)
+	// Exec runs systemctl; nil means hostos.Exec. Tests and image baking
+	// may replace it.
+	Exec hostos.Runner
 }
 
 // NewManager returns a Manager for root ("" or "/" is the live host).
@@ -22,9 +23,7 @@ func NewManager(root string) *Manager {
 	if root == "" {
 		root = "/"
 	}
-	return &Manager{Root: root, Exec: func(ctx context.Context, name string, args ...string) ([]byte, error) {
-		return exec.CommandContext(ctx, name, args...).CombinedOutput()
-	}}
+	return &Manager{Root: root, Exec: hostos.Exec}
 }
 
 // Live reports whether this manager talks to a running systemd.
@@ -34,9 +33,18 @@ func (m *Manager) systemctl(ctx context.Context, args ...string) (string, error)
 	if !m.Live() {
 		args = append([]string{"--root=" + m.Root}, args...)
 	}
-	out, err := m.Exec(ctx, "systemctl", args...)
+	run := m.Exec
+	if run == nil {
+		run = hostos.Exec
+	}
+	out, err := run(ctx, "systemctl", args...)
 	if err != nil {
-		return string(out), fmt.Errorf("systemctl %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		// The runner's error names the command and carries its stderr;
+		// some failures (a unit's state, a job's result) are on stdout.
+		if o := bytes.TrimSpace(out); len(o) > 0 {
+			err = fmt.Errorf("%w: %s", err, o)
+		}
+		return string(out), err
 	}
 	return string(out), nil
 }

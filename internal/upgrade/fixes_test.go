@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
+	"github.com/Azure/aks-flex-node/internal/genfile"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -54,16 +55,16 @@ func newScriptHost(t *testing.T) *scriptHost {
 	h.curLink, h.lastGood = h.lib+"/current", h.lib+"/last-good"
 	h.blue, h.green = "agent-blue", "agent-green"
 	h.inFlight, h.failedRec = h.state+"/"+InFlightFile, h.state+"/"+FailedFile
-	var b bytes.Buffer
-	if err := scriptTmpl.Execute(&b, scriptVars{
+	script, err := genfile.Render(genfile.RecoveryScript, scriptVars{
 		LibDir: h.lib, StateDir: h.state, Current: h.curLink, LastGood: h.lastGood, Blue: h.blue, Green: h.green,
 		AgentUnit: layout.AgentUnitName, RecoveryUnit: layout.RecoveryUnit, TimerUnit: layout.RecoveryTimer,
 		InFlightFile: InFlightFile, ResultFile: ResultFile, FailedFile: FailedFile,
 		LinksLockFile: LinksLockFile, BootIDFile: bootIDFile,
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	put(t, h.script, b.Bytes())
+	put(t, h.script, script)
 	put(t, d+"/bin/systemctl", []byte(fakeSystemctl))
 	put(t, h.lib+"/"+h.blue, fakeAgent("v1.0.0"))
 	put(t, h.lib+"/"+h.green, fakeAgent("v2.0.0"))

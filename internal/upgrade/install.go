@@ -35,6 +35,10 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	if err != nil {
 		return false, fmt.Errorf("install-service: %w", err)
 	}
+	timer, err := RenderRecoveryTimer()
+	if err != nil {
+		return false, fmt.Errorf("install-service: %w", err)
+	}
 	changed := seed.Changed
 	unitsChanged := false
 	for _, f := range []struct {
@@ -44,7 +48,7 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	}{
 		{l.RecoveryScript(), script, 0o755, false},
 		{l.Units().Recovery, unit, 0o644, true},
-		{l.RecoveryTimerUnit(), RecoveryTimer(), 0o644, true},
+		{l.RecoveryTimerUnit(), timer, 0o644, true},
 	} {
 		c, err := fsutil.WriteFile(l.OnRoot(f.path), []byte(f.text), f.mode)
 		if err != nil {

@@ -1,32 +1,15 @@
 package upgrade
 
 import (
-	"bytes"
-	_ "embed"
 	"fmt"
 	"path/filepath"
-	"strings"
-	"text/template"
 
+	"github.com/Azure/aks-flex-node/internal/genfile"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
-var (
-	//go:embed recovery.sh.tmpl
-	recoveryScriptTemplate string
-	//go:embed recovery.service
-	recoveryUnitTemplate string
-	//go:embed recovery.timer
-	recoveryTimerText string
-)
-
-// ScriptPlaceholder is the literal the recovery unit template carries for
-// the script's path; RenderRecoveryUnit replaces it with the layout's
-// recoveryScript, the path InstallService writes the script to.
-const ScriptPlaceholder = "@RECOVERY_SCRIPT@"
-
-var scriptTmpl = template.Must(template.New("recovery.sh").Option("missingkey=error").Parse(recoveryScriptTemplate))
-
+// scriptVars are the recovery script's constants: the layout's paths and
+// names, and the record files it shares with this package.
 type scriptVars struct {
 	LibDir, StateDir, Current, LastGood, Blue, Green string
 	AgentUnit, RecoveryUnit, TimerUnit               string
@@ -34,24 +17,15 @@ type scriptVars struct {
 	LinksLockFile, BootIDFile                        string
 }
 
-// checkLayout: every path here is interpolated unquoted into a shell script
-// and unit files, which is safe because layout.New admitted only paths with
-// no byte a shell or systemd treats specially; a Layout it did not make is
-// refused.
-func checkLayout(l layout.Layout, what string) error {
-	if err := l.Check(); err != nil {
-		return fmt.Errorf("render %s: %w", what, err)
-	}
-	return nil
-}
-
-// RenderRecoveryScript renders the recovery script for a layout.
+// RenderRecoveryScript renders the recovery script for a layout. Every path
+// in it is interpolated unquoted into shell, which is safe because
+// layout.New admitted only paths with no byte a shell treats specially; a
+// Layout it did not make is refused.
 func RenderRecoveryScript(l layout.Layout) (string, error) {
-	if err := checkLayout(l, layout.RecoveryScript); err != nil {
-		return "", err
+	if err := l.Check(); err != nil {
+		return "", fmt.Errorf("render %s: %w", layout.RecoveryScript, err)
 	}
-	var b bytes.Buffer
-	err := scriptTmpl.Execute(&b, scriptVars{
+	return render(layout.RecoveryScript, genfile.RecoveryScript, scriptVars{
 		LibDir: l.LibDir(), StateDir: l.StateDir(),
 		Current: l.UpgradeSlots().Current, LastGood: l.UpgradeSlots().LastGood,
 		Blue: filepath.Base(l.UpgradeSlots().Blue), Green: filepath.Base(l.UpgradeSlots().Green),
@@ -59,22 +33,29 @@ func RenderRecoveryScript(l layout.Layout) (string, error) {
 		InFlightFile: InFlightFile, ResultFile: ResultFile, FailedFile: FailedFile,
 		LinksLockFile: LinksLockFile, BootIDFile: bootIDFile,
 	})
-	if err != nil {
-		return "", fmt.Errorf("render %s: %w", layout.RecoveryScript, err)
-	}
-	return b.String(), nil
 }
 
-// RenderRecoveryUnit renders aks-flex-node-recovery.service.
+// RenderRecoveryUnit renders aks-flex-node-recovery.service, which runs the
+// script at the path InstallService writes it to.
 func RenderRecoveryUnit(l layout.Layout) (string, error) {
-	if err := checkLayout(l, layout.RecoveryUnit); err != nil {
-		return "", err
+	if err := l.Check(); err != nil {
+		return "", fmt.Errorf("render %s: %w", layout.RecoveryUnit, err)
 	}
-	if strings.Count(recoveryUnitTemplate, ScriptPlaceholder) != 1 {
-		return "", fmt.Errorf("render %s: template must hold %s exactly once", layout.RecoveryUnit, ScriptPlaceholder)
-	}
-	return strings.Replace(recoveryUnitTemplate, ScriptPlaceholder, l.RecoveryScript(), 1), nil
+	return render(layout.RecoveryUnit, genfile.RecoveryUnit, struct{ RecoveryScript, RecoveryTimer string }{
+		l.RecoveryScript(), layout.RecoveryTimer,
+	})
 }
 
-// RecoveryTimer returns aks-flex-node-recovery.timer; it names no path.
-func RecoveryTimer() string { return recoveryTimerText }
+// RenderRecoveryTimer renders aks-flex-node-recovery.timer; it names no
+// path, only the unit it starts.
+func RenderRecoveryTimer() (string, error) {
+	return render(layout.RecoveryTimer, genfile.RecoveryTimer, struct{ RecoveryUnit string }{layout.RecoveryUnit})
+}
+
+func render(file string, n genfile.Name, data any) (string, error) {
+	b, err := genfile.Render(n, data)
+	if err != nil {
+		return "", fmt.Errorf("render %s: %w", file, err)
+	}
+	return string(b), nil
+}

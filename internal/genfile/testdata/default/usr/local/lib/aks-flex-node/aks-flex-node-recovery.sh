@@ -1,6 +1,6 @@
 #!/bin/bash
-# aks-flex-node recovery: written by aks-flex-node from a template with the
-# host's layout filled in; changes are overwritten.
+# Written by aks-flex-node; changes are overwritten.
+# aks-flex-node recovery, with the host's layout filled in.
 #
 # It puts the agent back on its last-good slot when an upgrade fails: the new
 # agent crashed or exited non-zero (the agent unit's ExecStopPost= runs this
@@ -12,18 +12,18 @@
 # and have no package manager, and the agent binary may be what is broken.
 set -euo pipefail
 
-readonly LIB_DIR={{.LibDir}}
-readonly STATE_DIR={{.StateDir}}
-readonly CURRENT={{.Current}}
-readonly LAST_GOOD={{.LastGood}}
-readonly AGENT_UNIT={{.AgentUnit}}
-readonly RECOVERY_UNIT={{.RecoveryUnit}}
-readonly TIMER_UNIT={{.TimerUnit}}
-readonly IN_FLIGHT="$STATE_DIR/{{.InFlightFile}}"
-readonly RESULT="$STATE_DIR/{{.ResultFile}}"
-readonly FAILED="$STATE_DIR/{{.FailedFile}}"
-readonly LINKS_LOCK="$STATE_DIR/{{.LinksLockFile}}"
-readonly BOOT_ID_FILE={{.BootIDFile}}
+readonly LIB_DIR=/usr/local/lib/aks-flex-node
+readonly STATE_DIR=/var/lib/aks-flex-node
+readonly CURRENT=/usr/local/lib/aks-flex-node/current
+readonly LAST_GOOD=/usr/local/lib/aks-flex-node/last-good
+readonly AGENT_UNIT=aks-flex-node-agent.service
+readonly RECOVERY_UNIT=aks-flex-node-recovery.service
+readonly TIMER_UNIT=aks-flex-node-recovery.timer
+readonly IN_FLIGHT="$STATE_DIR/upgrade-in-flight"
+readonly RESULT="$STATE_DIR/upgrade-result"
+readonly FAILED="$STATE_DIR/upgrade-agent-failed"
+readonly LINKS_LOCK="$STATE_DIR/upgrade-links.lock"
+readonly BOOT_ID_FILE=/proc/sys/kernel/random/boot_id
 
 log() { echo "aks-flex-node-recovery: $*" >&2; }
 
@@ -86,7 +86,7 @@ slot_of() {
 	local t
 	t=$(readlink "$1" 2>/dev/null) || return 0
 	case "$t" in
-	{{.Blue}} | {{.Green}}) ;;
+	agent-blue | agent-green) ;;
 	*) return 0 ;;
 	esac
 	if [ -f "$LIB_DIR/$t" ] && [ -x "$LIB_DIR/$t" ]; then
