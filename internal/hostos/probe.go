@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 )
 
 // ErrLiveHostOnly is returned by probes whose answer exists only on the
@@ -120,7 +122,7 @@ func LookTool(root, name string) (string, bool) {
 func (p *Prober) LookTool(name string) (string, bool) { return LookTool(p.root(), name) }
 
 func isExecutable(root, p string) bool {
-	host, _, err := chase(root, p)
+	host, err := fsroot.Resolve(root, p)
 	if err != nil {
 		return false
 	}
@@ -129,7 +131,7 @@ func isExecutable(root, p string) bool {
 }
 
 func exists(root, p string) bool {
-	host, _, err := chase(root, p)
+	host, err := fsroot.Resolve(root, p)
 	if err != nil {
 		return false
 	}
@@ -138,7 +140,7 @@ func exists(root, p string) bool {
 }
 
 func isDir(root, p string) bool {
-	host, _, err := chase(root, p)
+	host, err := fsroot.Resolve(root, p)
 	if err != nil {
 		return false
 	}
@@ -210,7 +212,7 @@ type SELinux struct {
 // boot with.
 func DetectSELinux(root string) SELinux {
 	const enforce = "/sys/fs/selinux/enforce"
-	if host, _, err := chase(root, enforce); err == nil {
+	if host, err := fsroot.Resolve(root, enforce); err == nil {
 		if b, err := os.ReadFile(host); err == nil {
 			switch strings.TrimSpace(string(b)) {
 			case "1":
@@ -221,7 +223,7 @@ func DetectSELinux(root string) SELinux {
 		}
 	}
 	const config = "/etc/selinux/config"
-	host, _, err := chase(root, config)
+	host, err := fsroot.Resolve(root, config)
 	if err != nil {
 		return SELinux{}
 	}

@@ -98,3 +98,26 @@ func TestArtifactSources(t *testing.T) {
 	env.InspectOfflineArtifacts = func(context.Context, string) error { return nil }
 	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "file digests match")
 }
+
+// TestPathsResolveInsideTheRoot: an image tree's absolute links name the
+// image's files. /var/lib/aks-flex-node -> /data/state resolves to
+// <root>/data/state, never to the running host's /data/state.
+func TestPathsResolveInsideTheRoot(t *testing.T) {
+	h := newHost(t)
+	h.mkdir("data/state")
+	h.mkdir("var/lib")
+	if err := os.Symlink("/data/state", filepath.Join(h.root, "var/lib/aks-flex-node")); err != nil {
+		t.Fatal(err)
+	}
+	h.file("data/state/state.json", `not json`)
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "/var/lib/aks-flex-node/state.json", "cannot be read")
+
+	// A dangling link is still an entry: existing-deployment looks at
+	// the machine dir itself, not at what it names.
+	h.file("data/state/state.json", `{"configSHA256": ""}`)
+	h.mkdir("var/lib/machines")
+	if err := os.Symlink("/nowhere", filepath.Join(h.root, "var/lib/machines/kube1")); err != nil {
+		t.Fatal(err)
+	}
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "/var/lib/machines/kube1")
+}

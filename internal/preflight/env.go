@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/ignition"
@@ -99,12 +101,41 @@ func (e *Env) procDir() string {
 	return ""
 }
 
-// onRoot maps a host path to the path this process opens.
-func (e *Env) onRoot(p string) string {
-	if e.Root == "/" {
-		return p
+// onRoot maps a host path to the path this process opens, resolved inside
+// Root as a chroot would (fsroot): an absolute link in an image tree names
+// the image's file, never the running host's.
+func (e *Env) onRoot(p string) (string, error) { return fsroot.Resolve(e.Root, p) }
+
+// stat, lstat and readFile are their os namesakes for a host path.
+func (e *Env) stat(p string) (fs.FileInfo, error) {
+	h, err := e.onRoot(p)
+	if err != nil {
+		return nil, err
 	}
-	return filepath.Join(e.Root, p)
+	return os.Stat(h)
+}
+
+func (e *Env) lstat(p string) (fs.FileInfo, error) {
+	h, err := fsroot.ResolveNoFollow(e.Root, p)
+	if err != nil {
+		return nil, err
+	}
+	return os.Lstat(h)
+}
+
+func (e *Env) readFile(p string) ([]byte, error) {
+	h, err := e.onRoot(p)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(h)
+}
+
+// exists reports whether the host path p exists; a path that cannot be
+// resolved does not.
+func (e *Env) exists(p string) bool {
+	_, err := e.stat(p)
+	return err == nil
 }
 
 // configFile is the config file for messages.

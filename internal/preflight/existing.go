@@ -40,7 +40,7 @@ func existingDeploymentCheck(e *Env) Check {
 	return NewCheck(NameExistingDeployment, target, func(context.Context) Result {
 		var found []string
 		for _, p := range leftovers {
-			if _, err := os.Lstat(e.onRoot(p)); err == nil {
+			if _, err := e.lstat(p); err == nil {
 				found = append(found, p)
 			}
 		}
@@ -54,7 +54,7 @@ func existingDeploymentCheck(e *Env) Check {
 		// (no state file next to machines or units, an unreadable state
 		// file, or a different hash) is an install this config did not
 		// make, and start would trample it.
-		data, err := os.ReadFile(e.onRoot(state))
+		data, err := e.readFile(state)
 		switch {
 		case err == nil:
 			var st stateFile
