@@ -3,10 +3,10 @@ package preflight
 import (
 	"context"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/ignition"
+	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -37,9 +38,6 @@ type Env struct {
 	Layout layout.Layout
 	// Prober runs the hostos probes; nil means one for Root and ProcDir.
 	Prober *hostos.Prober
-	// HTTPClient talks to the API server; nil means one that trusts only
-	// node.kubelet.caCertData, with APITimeout.
-	HTTPClient *http.Client
 	// Geteuid defaults to os.Geteuid.
 	Geteuid func() int
 	// FreeBytes returns the bytes available to an unprivileged writer on
@@ -62,6 +60,11 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
+
+	// The API server client, made on first use (see apiClient).
+	apiOnce sync.Once
+	api     *kubeapi.Client
+	apiErr  error
 }
 
 func (e *Env) setDefaults() {
