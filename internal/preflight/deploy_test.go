@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 func TestExistingDeployment(t *testing.T) {
@@ -24,12 +26,12 @@ func TestExistingDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.file("var/lib/aks-flex-node/state.json", `{"version": 3, "configSHA256": "`+ConfigSHA256(data)+`", "machines": {"active": "kube2"}}`)
+	h.file("var/lib/aks-flex-node/state.json", `{"version": 3, "configSHA256": "`+state.ConfigDigest(data)+`", "machines": {"active": "kube2"}}`)
 	want(t, runNamed(t, env, NameExistingDeployment), SeverityOK, "converged: a re-run of start changes nothing")
 
 	// The same host with a changed config is an install this config did not make.
 	h.set("agent.logLevel", "debug")
-	want(t, h.run(NameExistingDeployment), SeverityWarning, "different config", ConfigSHA256(data)[:12], "aks-flex-node reset")
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "different config", state.ConfigDigest(data)[:12], "aks-flex-node reset")
 
 	h.file("var/lib/aks-flex-node/state.json", `{"machines": {}}`)
 	want(t, h.run(NameExistingDeployment), SeverityWarning, "no configSHA256", "aks-flex-node reset")
