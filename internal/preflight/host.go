@@ -70,7 +70,7 @@ var requiredTools = []requiredTool{
 	{[]string{"mount"}, "mount", "util-linux", "bind mounts"},
 	{[]string{"iptables", "nft"}, "iptables", "iptables", "host firewall rules"},
 	{[]string{"ip"}, "iproute2", "iproute", "host networking"},
-	{[]string{"modprobe"}, "kmod", "kmod", "loads overlay and br_netfilter"},
+	{[]string{"modprobe"}, "kmod", "kmod", "loads " + strings.Join(hostos.RequiredModuleNames(), " and ")},
 }
 
 func (t requiredTool) String() string { return strings.Join(t.names, " or ") }
@@ -274,23 +274,8 @@ func swapCheck(e *Env) Check {
 	})
 }
 
-// kernelModules are what the worker needs from the host kernel: overlay
-// for containerd's snapshotter, br_netfilter so bridged pod traffic passes
-// iptables. Each has a sign in /proc that it is available right now,
-// whether loaded or built in.
-var kernelModules = []struct {
-	name string
-	// present is a host path that exists (or, with fsName, a filesystem
-	// listed in /proc/filesystems) once the module is in the kernel.
-	procPath string
-	fsName   string
-}{
-	{name: "overlay", fsName: "overlay"},
-	{name: "br_netfilter", procPath: "sys/net/bridge"},
-}
-
 func kernelModulesCheck(e *Env) Check {
-	return NewCheck(NameKernelModules, "overlay, br_netfilter", func(context.Context) Result {
+	return NewCheck(NameKernelModules, strings.Join(hostos.RequiredModuleNames(), ", "), func(context.Context) Result {
 		pd := e.procDir()
 		if pd == "" {
 			return Warning(notProbedRemedy, "kernel modules not probed: %v", hostos.ErrLiveHostOnly)
@@ -309,24 +294,24 @@ func kernelModulesCheck(e *Env) Check {
 		}
 		var available map[string]string
 		var ok, toLoad, missing []string
-		for _, m := range kernelModules {
+		for _, m := range hostos.RequiredModules {
 			switch {
-			case loaded[m.name]:
-				ok = append(ok, m.name+" loaded")
-			case builtin[m.name]:
-				ok = append(ok, m.name+" built in")
-			case m.fsName != "" && filesystems[m.fsName]:
-				ok = append(ok, fmt.Sprintf("%s available (%s in %s/filesystems)", m.name, m.fsName, pd))
-			case m.procPath != "" && exists(filepath.Join(pd, m.procPath)):
-				ok = append(ok, fmt.Sprintf("%s available (%s/%s exists)", m.name, pd, m.procPath))
+			case loaded[m.Name]:
+				ok = append(ok, m.Name+" loaded")
+			case builtin[m.Name]:
+				ok = append(ok, m.Name+" built in")
+			case m.FSName != "" && filesystems[m.FSName]:
+				ok = append(ok, fmt.Sprintf("%s available (%s in %s/filesystems)", m.Name, m.FSName, pd))
+			case m.ProcPath != "" && exists(filepath.Join(pd, m.ProcPath)):
+				ok = append(ok, fmt.Sprintf("%s available (%s/%s exists)", m.Name, pd, m.ProcPath))
 			default:
 				if available == nil {
 					available = e.moduleFiles(modDir)
 				}
-				if f, found := available[m.name]; found {
-					toLoad = append(toLoad, fmt.Sprintf("%s will be loaded by start (%s)", m.name, f))
+				if f, found := available[m.Name]; found {
+					toLoad = append(toLoad, fmt.Sprintf("%s will be loaded by start (%s)", m.Name, f))
 				} else {
-					missing = append(missing, m.name)
+					missing = append(missing, m.Name)
 				}
 			}
 		}
