@@ -76,14 +76,9 @@ func (p *Prober) Mounts() ([]Mount, error) {
 	if mi == "" {
 		return nil, fmt.Errorf("mount table: %w", ErrLiveHostOnly)
 	}
-	f, err := os.Open(mi)
+	ms, err := ReadMountInfo(mi)
 	if err != nil {
 		return nil, fmt.Errorf("mount table: %w", err)
-	}
-	defer f.Close()
-	ms, err := ParseMountInfo(f)
-	if err != nil {
-		return nil, fmt.Errorf("mount table %s: %w", mi, err)
 	}
 	return ms, nil
 }
