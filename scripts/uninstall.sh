@@ -151,9 +151,11 @@ for p in "${slot_paths[@]+"${slot_paths[@]}"}"; do
 		if rm -f "$p"; then removed+=("$p"); else fail "could not remove $p"; fi
 	fi
 done
-# Temp files a killed upgrade may have left next to the slots.
+# Temp files a killed upgrade may have left next to the slots: every
+# dotfile there (.candidate-*, link temps .<name>.tmp-*, and the atomic
+# writers' .<name><digits>).
 if [ -n "$lib_dir" ] && [ -d "$lib_dir" ]; then
-	for p in "$lib_dir"/.candidate-* "$lib_dir"/.*.tmp-*; do
+	for p in "$lib_dir"/.[!.]*; do
 		if [ -e "$p" ] || [ -L "$p" ]; then
 			if rm -f "$p"; then removed+=("$p"); else fail "could not remove $p"; fi
 		fi

@@ -2,7 +2,6 @@ package artifact
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,94 +17,6 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
-
-// Spec is the input of `artifacts build`: what one bundle holds. Its
-// format is documented in docs/offline-bundle.md.
-type Spec struct {
-	SchemaVersion int        `json:"schemaVersion"`
-	Arch          string     `json:"arch,omitempty"`
-	Components    Components `json:"components"`
-	Images        []Image    `json:"images,omitempty"`
-}
-
-var (
-	specVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-	archRE        = regexp.MustCompile(`^(amd64|arm64)$`)
-	imageRefRE    = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$`)
-)
-
-// LoadSpec reads and validates a build spec strictly: unknown fields are
-// errors, and every problem names its JSON path.
-func LoadSpec(p string) (*Spec, error) {
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	return ParseSpec(p, data)
-}
-
-// ParseSpec is LoadSpec on bytes; name is where they came from.
-func ParseSpec(name string, data []byte) (*Spec, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, fmt.Errorf("%s: %s: %s is not a JSON %s", name, te.Field, te.Value, te.Type)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%s: data after the spec object", name)
-	}
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", name, field, fmt.Sprintf(format, a...)))
-	}
-	if s.SchemaVersion != SchemaVersion {
-		bad("schemaVersion", "%d is not supported (want %d)", s.SchemaVersion, SchemaVersion)
-	}
-	if s.Arch != "" && !archRE.MatchString(s.Arch) {
-		bad("arch", "%q is not amd64 or arm64", s.Arch)
-	}
-	for _, c := range []struct {
-		field, v string
-		required bool
-	}{
-		{"components.kubernetes", s.Components.Kubernetes, true},
-		{"components.containerd", s.Components.Containerd, true},
-		{"components.runc", s.Components.Runc, true},
-		{"components.cni", s.Components.CNI, true},
-		{"components.crictl", s.Components.Crictl, false},
-	} {
-		switch {
-		case c.v == "" && c.required:
-			bad(c.field, "is required")
-		case c.v != "" && !specVersionRE.MatchString(c.v):
-			bad(c.field, "%q is not a version like 1.2.3 (no leading v)", c.v)
-		}
-	}
-	seen := map[string]bool{}
-	for i, im := range s.Images {
-		field := fmt.Sprintf("images[%d]", i)
-		if err := validRel(im.Path); err != nil {
-			bad(field+".path", "%v", err)
-		} else if !strings.HasPrefix(im.Path, "images/") || !strings.HasSuffix(im.Path, ".tar") || strings.Count(im.Path, "/") != 1 {
-			bad(field+".path", "%q must be images/<name>.tar", im.Path)
-		} else if seen[im.Path] {
-			bad(field+".path", "%q is listed twice", im.Path)
-		}
-		seen[im.Path] = true
-		if !imageRefRE.MatchString(im.Ref) {
-			bad(field+".ref", "%q is not an image reference like registry.k8s.io/pause:3.10", im.Ref)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
 
 // BuildOptions are the inputs of Build.
 type BuildOptions struct {
@@ -145,141 +56,30 @@ var BuildMtime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // temp dir next to OutputDir, verified, and renamed into place, so a
 // failed build leaves nothing that looks like a bundle.
 func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
-	s := o.Spec
-	arch := s.Arch
-	switch {
-	case o.Arch != "" && s.Arch != "" && o.Arch != s.Arch:
-		return nil, fmt.Errorf("--arch %s disagrees with the spec's arch %s", o.Arch, s.Arch)
-	case o.Arch != "":
-		arch = o.Arch
-	}
-	if !archRE.MatchString(arch) {
-		return nil, fmt.Errorf("arch %q is not amd64 or arm64 (set --arch or the spec's arch)", arch)
-	}
-	out := filepath.Clean(o.OutputDir)
-	if des, err := os.ReadDir(out); err == nil && len(des) > 0 {
-		return nil, fmt.Errorf("output dir %s is not empty: give a new or empty directory", out)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("output dir %s: %w", out, err)
-	}
-	if err := fsutil.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+	arch, err := buildArch(o)
+	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(out), "."+filepath.Base(out)+".build-*")
+	out := filepath.Clean(o.OutputDir)
+	tmp, err := newBuildDir(out)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	b := &builder{ctx: ctx, o: o, arch: arch, dir: tmp, m: &Manifest{
+		SchemaVersion: SchemaVersion, Arch: arch, Components: o.Spec.Components,
+		Files: []File{}, Images: []Image{}, Legal: []LegalFile{},
+	}}
+	if err := b.components(); err != nil {
 		return nil, err
 	}
-	m := &Manifest{SchemaVersion: SchemaVersion, Arch: arch, Components: s.Components, Files: []File{}, Images: []Image{}, Legal: []LegalFile{}}
-
-	comps := BundlePaths(s.Components, arch)
-	names := make([]string, 0, len(comps))
-	for c := range comps {
-		names = append(names, c)
-	}
-	sort.Strings(names)
-	if o.FromDir != "" {
-		mirror := map[string]Download{}
-		for _, d := range o.Upstream.URLs(s.Components, arch) {
-			mirror[d.Component] = d
-		}
-		for _, c := range names {
-			f, err := copyIn(ctx, o.FromDir, tmp, comps[c])
-			if d, ok := mirror[c]; ok && errors.Is(err, fs.ErrNotExist) {
-				f, err = copyMirrored(ctx, o.FromDir, tmp, d)
-			}
-			if err != nil {
-				return nil, err
-			}
-			f.Component = c
-			m.Files = append(m.Files, f)
-		}
-	} else {
-		if err := Fetch(ctx, o.Client, o.Upstream.URLs(s.Components, arch), tmp); err != nil {
-			return nil, err
-		}
-		for _, c := range names {
-			sum, n, err := hashFile(ctx, filepath.Join(tmp, comps[c]))
-			if err != nil {
-				return nil, err
-			}
-			if err := os.Chmod(filepath.Join(tmp, comps[c]), 0o644); err != nil {
-				return nil, err
-			}
-			m.Files = append(m.Files, File{Path: comps[c], SHA256: sum, Size: n, Component: c})
-		}
-	}
-	for _, im := range s.Images {
-		var f File
-		if o.FromDir == "" && !strings.Contains(im.Ref, "@sha256:") && o.Note != nil {
-			o.Note(fmt.Sprintf("note: image %s is pulled by tag only: a later build may get different content; pin it as %s@sha256:<digest> for a reproducible bundle", im.Ref, im.Ref))
-		}
-		if o.FromDir != "" {
-			if f, err = copyIn(ctx, o.FromDir, tmp, im.Path); err != nil {
-				return nil, err
-			}
-		} else {
-			if o.PullImage == nil {
-				return nil, fmt.Errorf("image %s: no --from-dir and no image puller", im.Ref)
-			}
-			dst := filepath.Join(tmp, filepath.FromSlash(im.Path))
-			if err := fsutil.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return nil, err
-			}
-			if err := o.PullImage(ctx, im.Ref, arch, dst); err != nil {
-				return nil, fmt.Errorf("image %s: %w", im.Ref, err)
-			}
-			if err := os.Chmod(dst, 0o644); err != nil {
-				return nil, err
-			}
-			sum, n, err := hashFile(ctx, dst)
-			if err != nil {
-				return nil, err
-			}
-			f = File{Path: im.Path, SHA256: sum, Size: n}
-			if err := writeSidecar(dst, sum); err != nil {
-				return nil, err
-			}
-		}
-		f.Component = ImageFile
-		m.Files = append(m.Files, f)
-		m.Images = append(m.Images, im)
-	}
-	if o.LegalDir != "" {
-		legal, notes, err := collectLegal(o.LegalDir)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range notes {
-			if o.Note != nil {
-				o.Note(n)
-			}
-		}
-		for _, name := range legal {
-			rel := "legal/" + name
-			f, err := copyFile(ctx, filepath.Join(o.LegalDir, name), tmp, rel)
-			if err != nil {
-				return nil, err
-			}
-			m.Legal = append(m.Legal, LegalFile{Path: rel, SHA256: f.SHA256, Size: f.Size})
-		}
-	}
-	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
-	sort.Slice(m.Images, func(i, j int) bool { return m.Images[i].Path < m.Images[j].Path })
-	sort.Slice(m.Legal, func(i, j int) bool { return m.Legal[i].Path < m.Legal[j].Path })
-	if _, err := WriteManifest(tmp, m); err != nil {
+	if err := b.images(); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(filepath.Join(tmp, ManifestName), 0o644); err != nil {
+	if err := b.legal(); err != nil {
 		return nil, err
 	}
-	if _, ps := VerifyIntegrity(ctx, tmp); len(ps) > 0 {
-		return nil, fmt.Errorf("self-check of the built bundle: %w", Problems(ps))
-	}
-	if err := fixMtimes(tmp); err != nil {
+	if err := b.seal(); err != nil {
 		return nil, err
 	}
 	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -288,7 +88,190 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 	if err := os.Rename(tmp, out); err != nil {
 		return nil, err
 	}
-	return m, os.Chtimes(out, BuildMtime, BuildMtime)
+	return b.m, os.Chtimes(out, BuildMtime, BuildMtime)
+}
+
+// buildArch is the arch to build for: --arch or the spec's, which must
+// agree when both are set.
+func buildArch(o BuildOptions) (string, error) {
+	arch := o.Spec.Arch
+	switch {
+	case o.Arch != "" && o.Spec.Arch != "" && o.Arch != o.Spec.Arch:
+		return "", fmt.Errorf("--arch %s disagrees with the spec's arch %s", o.Arch, o.Spec.Arch)
+	case o.Arch != "":
+		arch = o.Arch
+	}
+	if !archRE.MatchString(arch) {
+		return "", fmt.Errorf("arch %q is not amd64 or arm64 (set --arch or the spec's arch)", arch)
+	}
+	return arch, nil
+}
+
+// newBuildDir checks that out is absent or empty and makes the temp dir
+// next to it that the bundle is assembled in (mode 0755 whatever the
+// umask, as the renamed output will have).
+func newBuildDir(out string) (string, error) {
+	if des, err := os.ReadDir(out); err == nil && len(des) > 0 {
+		return "", fmt.Errorf("output dir %s is not empty: give a new or empty directory", out)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("output dir %s: %w", out, err)
+	}
+	if err := fsutil.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(out), "."+filepath.Base(out)+".build-*")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// builder assembles one bundle in dir, recording what it adds in m.
+type builder struct {
+	ctx  context.Context
+	o    BuildOptions
+	arch string
+	dir  string
+	m    *Manifest
+}
+
+// components adds the component files, from --from-dir (the bundle's
+// paths, or a mirror of the upstream ones) or downloaded upstream.
+func (b *builder) components() error {
+	s := b.o.Spec
+	comps := BundlePaths(s.Components, b.arch)
+	names := make([]string, 0, len(comps))
+	for c := range comps {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	if b.o.FromDir == "" {
+		if err := Fetch(b.ctx, b.o.Client, b.o.Upstream.URLs(s.Components, b.arch), b.dir); err != nil {
+			return err
+		}
+		for _, c := range names {
+			p := filepath.Join(b.dir, comps[c])
+			sum, n, err := hashFile(b.ctx, p)
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(p, 0o644); err != nil {
+				return err
+			}
+			b.m.Files = append(b.m.Files, File{Path: comps[c], SHA256: sum, Size: n, Component: c})
+		}
+		return nil
+	}
+	mirror := map[string]Download{}
+	for _, d := range b.o.Upstream.URLs(s.Components, b.arch) {
+		mirror[d.Component] = d
+	}
+	for _, c := range names {
+		f, err := copyIn(b.ctx, b.o.FromDir, b.dir, comps[c])
+		if d, ok := mirror[c]; ok && errors.Is(err, fs.ErrNotExist) {
+			f, err = copyMirrored(b.ctx, b.o.FromDir, b.dir, d)
+		}
+		if err != nil {
+			return err
+		}
+		f.Component = c
+		b.m.Files = append(b.m.Files, f)
+	}
+	return nil
+}
+
+// images adds the image archives, copied from --from-dir or pulled.
+func (b *builder) images() error {
+	for _, im := range b.o.Spec.Images {
+		var f File
+		var err error
+		if b.o.FromDir != "" {
+			f, err = copyIn(b.ctx, b.o.FromDir, b.dir, im.Path)
+		} else {
+			f, err = b.pullImage(im)
+		}
+		if err != nil {
+			return err
+		}
+		f.Component = ImageFile
+		b.m.Files = append(b.m.Files, f)
+		b.m.Images = append(b.m.Images, im)
+	}
+	return nil
+}
+
+// pullImage writes image im as an archive at its bundle path, with its
+// sidecar.
+func (b *builder) pullImage(im Image) (File, error) {
+	if !strings.Contains(im.Ref, "@sha256:") && b.o.Note != nil {
+		b.o.Note(fmt.Sprintf("note: image %s is pulled by tag only: a later build may get different content; pin it as %s@sha256:<digest> for a reproducible bundle", im.Ref, im.Ref))
+	}
+	if b.o.PullImage == nil {
+		return File{}, fmt.Errorf("image %s: no --from-dir and no image puller", im.Ref)
+	}
+	dst := filepath.Join(b.dir, filepath.FromSlash(im.Path))
+	if err := fsutil.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return File{}, err
+	}
+	if err := b.o.PullImage(b.ctx, im.Ref, b.arch, dst); err != nil {
+		return File{}, fmt.Errorf("image %s: %w", im.Ref, err)
+	}
+	if err := os.Chmod(dst, 0o644); err != nil {
+		return File{}, err
+	}
+	sum, n, err := hashFile(b.ctx, dst)
+	if err != nil {
+		return File{}, err
+	}
+	return File{Path: im.Path, SHA256: sum, Size: n}, writeSidecar(dst, sum)
+}
+
+// legal adds the license and notice files of --legal-files-dir.
+func (b *builder) legal() error {
+	if b.o.LegalDir == "" {
+		return nil
+	}
+	legal, notes, err := collectLegal(b.o.LegalDir)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		if b.o.Note != nil {
+			b.o.Note(n)
+		}
+	}
+	for _, name := range legal {
+		rel := "legal/" + name
+		f, err := copyFile(b.ctx, filepath.Join(b.o.LegalDir, name), b.dir, rel)
+		if err != nil {
+			return err
+		}
+		b.m.Legal = append(b.m.Legal, LegalFile{Path: rel, SHA256: f.SHA256, Size: f.Size})
+	}
+	return nil
+}
+
+// seal sorts the lists, writes manifest.json, verifies the bundle as a
+// consumer would and gives everything BuildMtime.
+func (b *builder) seal() error {
+	m := b.m
+	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
+	sort.Slice(m.Images, func(i, j int) bool { return m.Images[i].Path < m.Images[j].Path })
+	sort.Slice(m.Legal, func(i, j int) bool { return m.Legal[i].Path < m.Legal[j].Path })
+	if _, err := WriteManifest(b.dir, m); err != nil {
+		return err
+	}
+	if err := os.Chmod(filepath.Join(b.dir, ManifestName), 0o644); err != nil {
+		return err
+	}
+	if _, ps := VerifyIntegrity(b.ctx, b.dir); len(ps) > 0 {
+		return fmt.Errorf("self-check of the built bundle: %w", Problems(ps))
+	}
+	return fixMtimes(b.dir)
 }
 
 // fixMtimes sets BuildMtime on everything under dir. Setting a time

@@ -15,7 +15,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -100,7 +100,7 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 
 // target resolves machine directory dir inside the rootfs, creating it.
 func (in *installer) target(dir, name string) (string, error) {
-	d, err := fsutil.MkdirInRoot(in.machineRoot, strings.TrimPrefix(dir, "/"), 0o755)
+	d, err := fsroot.MkdirAll(in.machineRoot, dir, 0o755)
 	if err != nil {
 		return "", err
 	}

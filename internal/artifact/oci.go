@@ -448,21 +448,6 @@ func (r Registry) VerifyRemote(ctx context.Context, rem *Remote) []Problem {
 	return ps
 }
 
-// PullVerified is what start and `artifacts verify` do with a registry
-// source: Inspect (no download if the artifact and its index disagree),
-// Pull into dir, then Verify the pulled bundle as a local one.
-func (r Registry) PullVerified(ctx context.Context, source, dir string, want Components, arch string) (*Remote, []Problem) {
-	rem, ps := r.Inspect(ctx, source, want, arch)
-	if len(ps) > 0 {
-		return rem, ps
-	}
-	if _, err := r.Pull(ctx, rem, dir); err != nil {
-		return rem, []Problem{{source, err.Error()}}
-	}
-	_, ps = verify(ctx, dir, want, arch)
-	return rem, ps
-}
-
 // PullImageArchive writes the linux/arch image ref (a registry reference,
 // no scheme) as a docker-save archive at dst, for `artifacts build` in
 // online mode. The archive is a function of the image's content only.

@@ -159,7 +159,7 @@ func TestInspectTamperedLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	tamper(t, src, "oci://"+host+"/b:bad")
-	_, ps := r.PullVerified(ctx, "oci://"+host+"/b:bad", t.TempDir(), testComponents, runtime.GOARCH)
+	_, ps := pullVerified(ctx, r, "oci://"+host+"/b:bad", t.TempDir(), testComponents, runtime.GOARCH)
 	if len(ps) != 1 || !strings.HasPrefix(ps[0].Error(), kubeletPath(testComponents)+": layer sha256:") {
 		t.Fatalf("problems: %v", ps)
 	}
@@ -201,7 +201,7 @@ func TestPullRejectsCorruptBlob(t *testing.T) {
 		t.Fatalf("verify remote: %v", ps)
 	}
 	staged := t.TempDir()
-	_, ps = r.PullVerified(ctx, src, staged, testComponents, runtime.GOARCH)
+	_, ps = pullVerified(ctx, r, src, staged, testComponents, runtime.GOARCH)
 	if len(ps) != 1 || !strings.Contains(ps[0].Error(), "pull "+kubeletPath(testComponents)) {
 		t.Fatalf("problems: %v", ps)
 	}
@@ -296,4 +296,19 @@ func TestPullImageArchive(t *testing.T) {
 	if got, _ := back.Digest(); got != want {
 		t.Errorf("archive image %s, pushed %s", got, want)
 	}
+}
+
+// pullVerified is the registry path of start and `artifacts verify`:
+// Inspect (no download if the artifact and its index disagree), Pull into
+// dir, then verify the pulled bundle as a local one.
+func pullVerified(ctx context.Context, r Registry, source, dir string, want Components, arch string) (*Remote, []Problem) {
+	rem, ps := r.Inspect(ctx, source, want, arch)
+	if len(ps) > 0 {
+		return rem, ps
+	}
+	if _, err := r.Pull(ctx, rem, dir); err != nil {
+		return rem, []Problem{{source, err.Error()}}
+	}
+	_, ps = verify(ctx, dir, want, arch)
+	return rem, ps
 }

@@ -20,7 +20,7 @@ import (
 // a machine that shares its network namespace.
 
 // RequiredModules are loaded on the host: the machine cannot load modules.
-var RequiredModules = []string{"overlay", "br_netfilter"}
+var RequiredModules = hostos.RequiredModuleNames()
 
 // Sysctls a node needs; written to a drop-in so they survive reboots.
 var Sysctls = [][2]string{

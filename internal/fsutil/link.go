@@ -10,43 +10,33 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/google/renameio/v2"
 )
 
-// WriteStreamAtomic writes r to path through a temp file in the same
-// directory, fsyncs it, sets mode perm and renames it over path, then fsyncs
-// the directory: a crash or kill -9 at any point leaves the old path (or no
-// path) and at worst a stray temp file, never a half-written path. It
-// returns the SHA-256 of what it wrote.
-func WriteStreamAtomic(path string, r io.Reader, perm fs.FileMode) (sum string, err error) {
+// WriteStreamAtomic writes r to path through a renameio pending file in
+// the same directory (fsynced, mode perm exactly whatever the umask,
+// renamed over path), then fsyncs the directory: a crash or kill -9 at any
+// point leaves the old path (or no path) and at worst a stray temp file
+// (".<name><digits>"), never a half-written path. It returns the SHA-256
+// of what it wrote.
+func WriteStreamAtomic(path string, r io.Reader, perm fs.FileMode) (string, error) {
 	dir := filepath.Dir(path)
 	if err := MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	// WithTempDir keeps the temp file next to path: renameio would
+	// otherwise use $TMPDIR whenever a rename from there works.
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
+	defer f.Cleanup() // a no-op once replaced
 	h := sha256.New()
-	if _, err = io.Copy(io.MultiWriter(f, h), r); err != nil {
+	if _, err := io.Copy(io.MultiWriter(f, h), r); err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	if err = f.Chmod(perm); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return "", fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), SyncDir(dir)

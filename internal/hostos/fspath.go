@@ -7,75 +7,16 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"syscall"
-)
 
-// maxSymlinks matches the kernel's limit for one path lookup.
-const maxSymlinks = 40
+	"github.com/Azure/aks-flex-node/internal/fsroot"
+)
 
 func normRoot(root string) string {
 	if root == "" {
 		return "/"
 	}
 	return filepath.Clean(root)
-}
-
-// chase resolves p (a path as the host rooted at root sees it) one
-// component at a time, re-rooting absolute symlink targets at root. The
-// kernel would resolve them against the running host's "/", which for an
-// image tree is the wrong file. It returns the path to open (host) and the
-// resolved path as seen from inside root (rel).
-func chase(root, p string) (host, rel string, err error) {
-	root = normRoot(root)
-	rest := strings.Split(path.Clean("/"+p), "/")
-	rel = "/"
-	links := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			rel = path.Dir(rel)
-			continue
-		}
-		next := path.Join(rel, c)
-		hostNext := filepath.Join(root, next)
-		fi, err := os.Lstat(hostNext)
-		if err != nil {
-			return hostNext, next, err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			if len(rest) > 0 && !fi.IsDir() && hasComponent(rest) {
-				return hostNext, next, &fs.PathError{Op: "lookup", Path: hostNext, Err: syscall.ENOTDIR}
-			}
-			rel = next
-			continue
-		}
-		if links++; links > maxSymlinks {
-			return hostNext, next, &fs.PathError{Op: "lookup", Path: hostNext, Err: syscall.ELOOP}
-		}
-		target, err := os.Readlink(hostNext)
-		if err != nil {
-			return hostNext, next, err
-		}
-		if path.IsAbs(target) {
-			rel = "/"
-		}
-		rest = append(strings.Split(target, "/"), rest...)
-	}
-	return filepath.Join(root, rel), rel, nil
-}
-
-func hasComponent(parts []string) bool {
-	for _, c := range parts {
-		if c != "" && c != "." {
-			return true
-		}
-	}
-	return false
 }
 
 // openRegular refuses anything but a regular file: opening a FIFO planted
@@ -91,32 +32,17 @@ func openRegular(p string) (*os.File, error) {
 	return os.Open(p)
 }
 
-// NearestExistingAncestor returns path itself if it exists on the running
-// host, else its closest existing parent: the directory a "mkdir -p" of path
-// would have to write into. It looks and never creates.
-func NearestExistingAncestor(path string) (string, error) {
-	return (&Prober{}).NearestExistingAncestor(path)
-}
-
-// DirWritable reports whether entries can be created in the existing
-// directory path on the running host. It never creates anything: it asks
-// access(2) for W_OK, which also fails with EROFS on a read-only
-// filesystem, and checks the covering mount's ro flag so a read-only bind
-// mount is caught the same way.
-func DirWritable(path string) (bool, error) {
-	c, err := (&Prober{}).CheckDir(path)
-	return c.Writable, err
-}
-
-// NearestExistingAncestor is the package function applied inside p.Root;
-// the result is a path as seen from inside the root.
+// NearestExistingAncestor returns dir itself if it exists inside p.Root,
+// else its closest existing parent: the directory a "mkdir -p" of dir would
+// have to write into. It looks and never creates; the result is a path as
+// seen from inside the root.
 func (p *Prober) NearestExistingAncestor(dir string) (string, error) {
 	if !path.IsAbs(dir) {
 		return "", fmt.Errorf("nearest existing ancestor of %q: path is not absolute", dir)
 	}
 	cur := path.Clean(dir)
 	for {
-		host, _, err := chase(p.root(), cur)
+		host, err := fsroot.Resolve(p.root(), cur)
 		if err == nil {
 			_, err = os.Stat(host)
 		}
@@ -135,7 +61,7 @@ func (p *Prober) NearestExistingAncestor(dir string) (string, error) {
 	}
 }
 
-// DirCheck is the evidence behind a DirWritable answer, for messages that
+// DirCheck is the evidence behind CheckDir's answer, for messages that
 // must say what was looked at.
 type DirCheck struct {
 	Path     string // as asked, inside the root
@@ -145,14 +71,19 @@ type DirCheck struct {
 	Reason   string // why it is not writable; empty when it is
 }
 
-// CheckDir is DirWritable inside p.Root. The mount table is consulted only
-// when it describes this root (see Prober); access(2) is always asked.
+// CheckDir reports whether entries can be created in the existing
+// directory dir inside p.Root. It never creates anything: it asks access(2)
+// for W_OK, which also fails with EROFS on a read-only filesystem, and
+// checks the covering mount's ro flag so a read-only bind mount is caught
+// the same way. The mount table is consulted only when it describes this
+// root (see Prober); access(2) is always asked.
 func (p *Prober) CheckDir(dir string) (DirCheck, error) {
 	c := DirCheck{Path: dir}
-	host, rel, err := chase(p.root(), dir)
+	host, err := fsroot.Resolve(p.root(), dir)
 	if err != nil {
 		return c, fmt.Errorf("check %s: %w", dir, err)
 	}
+	rel := fsroot.Within(p.root(), host)
 	c.Resolved = rel
 	fi, err := os.Stat(host)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -52,6 +53,21 @@ func hasOpt(opts []string, o string) bool {
 		}
 	}
 	return false
+}
+
+// ReadMountInfo reads and parses a mountinfo file (/proc/<pid>/mountinfo,
+// or a copy of one). Errors name the file.
+func ReadMountInfo(path string) ([]Mount, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ms, err := ParseMountInfo(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ms, nil
 }
 
 // ParseMountInfo parses the /proc/self/mountinfo format:

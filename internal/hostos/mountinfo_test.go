@@ -1,6 +1,8 @@
 package hostos
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -194,5 +196,24 @@ func TestDetectSysext(t *testing.T) {
 	}
 	if s := DetectSysext(anon, "/srv/x", false); !s.Covered || !strings.Contains(s.Evidence[0], "/var/lib/extensions") {
 		t.Errorf("lowerdir marker: %+v", s)
+	}
+}
+
+// TestReadMountInfo reads this process's own table, as the test harness
+// does, and names the file in a parse error.
+func TestReadMountInfo(t *testing.T) {
+	ms, err := ReadMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := MountFor(ms, "/"); m.MountPoint != "/" {
+		t.Errorf("no mount serves /: %+v", m)
+	}
+	bad := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(bad, []byte("garbage\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMountInfo(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("bad file: %v", err)
 	}
 }

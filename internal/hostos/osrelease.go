@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 )
 
 // os-release(5): /etc/os-release wins; /usr/lib/os-release is the vendor
@@ -55,7 +57,7 @@ func ReadOSRelease(root string) (*OSRelease, string, error) {
 	var tried []string
 	for _, p := range []string{osReleaseEtc, osReleaseUsr} {
 		shown := filepath.Join(root, p)
-		host, _, err := chase(root, p)
+		host, err := fsroot.Resolve(root, p)
 		if err == nil {
 			var o *OSRelease
 			o, err = parseOSReleaseFile(host)

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 )
 
 // ErrLiveHostOnly is returned by probes whose answer exists only on the
@@ -73,14 +75,9 @@ func (p *Prober) Mounts() ([]Mount, error) {
 	if mi == "" {
 		return nil, fmt.Errorf("mount table: %w", ErrLiveHostOnly)
 	}
-	f, err := os.Open(mi)
+	ms, err := ReadMountInfo(mi)
 	if err != nil {
 		return nil, fmt.Errorf("mount table: %w", err)
-	}
-	defer f.Close()
-	ms, err := ParseMountInfo(f)
-	if err != nil {
-		return nil, fmt.Errorf("mount table %s: %w", mi, err)
 	}
 	return ms, nil
 }
@@ -119,7 +116,7 @@ func LookTool(root, name string) (string, bool) {
 func (p *Prober) LookTool(name string) (string, bool) { return LookTool(p.root(), name) }
 
 func isExecutable(root, p string) bool {
-	host, _, err := chase(root, p)
+	host, err := fsroot.Resolve(root, p)
 	if err != nil {
 		return false
 	}
@@ -128,7 +125,7 @@ func isExecutable(root, p string) bool {
 }
 
 func exists(root, p string) bool {
-	host, _, err := chase(root, p)
+	host, err := fsroot.Resolve(root, p)
 	if err != nil {
 		return false
 	}
@@ -137,7 +134,7 @@ func exists(root, p string) bool {
 }
 
 func isDir(root, p string) bool {
-	host, _, err := chase(root, p)
+	host, err := fsroot.Resolve(root, p)
 	if err != nil {
 		return false
 	}
@@ -209,7 +206,7 @@ type SELinux struct {
 // boot with.
 func DetectSELinux(root string) SELinux {
 	const enforce = "/sys/fs/selinux/enforce"
-	if host, _, err := chase(root, enforce); err == nil {
+	if host, err := fsroot.Resolve(root, enforce); err == nil {
 		if b, err := os.ReadFile(host); err == nil {
 			switch strings.TrimSpace(string(b)) {
 			case "1":
@@ -220,7 +217,7 @@ func DetectSELinux(root string) SELinux {
 		}
 	}
 	const config = "/etc/selinux/config"
-	host, _, err := chase(root, config)
+	host, err := fsroot.Resolve(root, config)
 	if err != nil {
 		return SELinux{}
 	}

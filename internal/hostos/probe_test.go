@@ -246,7 +246,7 @@ func TestNearestExistingAncestor(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "opt/aks-flex-node")); !os.IsNotExist(err) {
 		t.Error("probe created a directory")
 	}
-	if got, err := NearestExistingAncestor("/proc/self/definitely/not/there"); err != nil || got != "/proc/self" {
+	if got, err := (&Prober{}).NearestExistingAncestor("/proc/self/definitely/not/there"); err != nil || got != "/proc/self" {
 		t.Errorf("live: %q, %v", got, err)
 	}
 }
@@ -290,10 +290,10 @@ func TestCheckDir(t *testing.T) {
 		t.Errorf("no mount table: %+v, %v", c, err)
 	}
 
-	if ok, err := DirWritable(t.TempDir()); err != nil || !ok {
-		t.Errorf("live temp dir: %v, %v", ok, err)
+	if c, err := (&Prober{}).CheckDir(t.TempDir()); err != nil || !c.Writable {
+		t.Errorf("live temp dir: %+v, %v", c, err)
 	}
-	if _, err := DirWritable(filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, err := (&Prober{}).CheckDir(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("live missing dir: want error")
 	}
 }

@@ -1,6 +1,8 @@
 // Package kubeapi owns the few raw calls aks-flex-node makes to a
-// Kubernetes API server before it has a kubeconfig: is the server there
-// with this CA, and who does it say this bootstrap token is.
+// Kubernetes API server before it has a kubeconfig (is the server there
+// with this CA, who does it say this bootstrap token is, does a Node of
+// this name exist) and the one HTTP client they go through. Preflight and
+// the agent both use it, so both trust and route the same way.
 package kubeapi
 
 import (
@@ -13,28 +15,45 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
 
-// Client talks to one API server, verifying it with the cluster CA.
+// Client talks to one API server.
 type Client struct {
 	Server string // https://host:port
 	HTTP   *http.Client
 }
 
-// New returns a client that trusts only the given CA certificates.
+// New returns a client that trusts only the given CA certificates, as the
+// kubelet will: a host that reaches the API server only through the
+// system trust store would pass a check here and fail after join.
 func New(server string, caPEM []byte, timeout time.Duration) (*Client, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("no CA certificate in caCertData")
 	}
+	return newClient(server, pool, timeout), nil
+}
+
+// NewSystemTrust returns a client that verifies the server with the
+// system trust store: for a config without node.kubelet.caCertData, whose
+// CA is learned from Azure at start.
+func NewSystemTrust(server string, timeout time.Duration) *Client {
+	return newClient(server, nil, timeout)
+}
+
+func newClient(server string, roots *x509.CertPool, timeout time.Duration) *Client {
 	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		Proxy:               nil, // an API server on the host's own network must not go through a proxy
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		// The one proxy rule: none. The kubelet in the machine reaches
+		// the API server directly (nothing gives it a proxy), so a check
+		// through a proxy would vouch for a path the node never takes.
+		Proxy:               nil,
 		TLSHandshakeTimeout: timeout,
 	}
-	return &Client{Server: strings.TrimRight(server, "/"), HTTP: &http.Client{Transport: tr, Timeout: timeout}}, nil
+	return &Client{Server: strings.TrimRight(server, "/"), HTTP: &http.Client{Transport: tr, Timeout: timeout}}
 }
 
 // ErrUntrusted means TLS verification failed: the server is there but its
@@ -70,8 +89,45 @@ func classify(server string, err error) error {
 	return fmt.Errorf("%s is unreachable: %w", server, err)
 }
 
-// ErrTokenRejected means the API server did not accept the bearer token.
-var ErrTokenRejected = errors.New("the API server rejected the bootstrap token")
+// maxBody bounds what is read of an answer.
+const maxBody = 1 << 20
+
+// Do sends one request to Server+path, with bearer as the token when it is
+// set and body as JSON when it is not nil, and returns the status and up
+// to 1 MiB of the answer. A transport error comes back as it is, without
+// the url.Error wrapping that repeats the method and URL callers name
+// already, so a caller can tell the CA, the name and the network apart.
+func (c *Client) Do(ctx context.Context, method, path, bearer string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Server+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return resp.StatusCode, nil, err
+	}
+	return resp.StatusCode, data, nil
+}
 
 // UserInfo is who the API server says a credential is.
 type UserInfo struct {
@@ -79,28 +135,19 @@ type UserInfo struct {
 	Groups   []string `json:"groups"`
 }
 
-// WhoAmI asks the server who the bearer token is (SelfSubjectReview,
-// authentication.k8s.io/v1). The token never appears in errors.
-func (c *Client) WhoAmI(ctx context.Context, token string) (UserInfo, error) {
+// SelfSubjectReviewPath is where SelfSubjectReview is served
+// (authentication.k8s.io/v1, Kubernetes 1.28 and later).
+const SelfSubjectReviewPath = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+
+// SelfSubjectReview asks the server who token is. code is the HTTP status
+// (0 when the request failed); the user is read from a 2xx answer, and an
+// answer that does not parse is an error with that status. The token never
+// appears in errors.
+func (c *Client) SelfSubjectReview(ctx context.Context, token string) (code int, user UserInfo, err error) {
 	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Server+"/apis/authentication.k8s.io/v1/selfsubjectreviews", bytes.NewReader(body))
-	if err != nil {
-		return UserInfo{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return UserInfo{}, classify(c.Server, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized:
-		return UserInfo{}, ErrTokenRejected
-	case resp.StatusCode/100 != 2:
-		return UserInfo{}, fmt.Errorf("SelfSubjectReview: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(data))
+	code, data, err := c.Do(ctx, http.MethodPost, SelfSubjectReviewPath, token, body)
+	if err != nil || code/100 != 2 {
+		return code, UserInfo{}, err
 	}
 	var review struct {
 		Status struct {
@@ -108,24 +155,7 @@ func (c *Client) WhoAmI(ctx context.Context, token string) (UserInfo, error) {
 		} `json:"status"`
 	}
 	if err := json.Unmarshal(data, &review); err != nil {
-		return UserInfo{}, fmt.Errorf("SelfSubjectReview: %w", err)
+		return code, UserInfo{}, fmt.Errorf("SelfSubjectReview: %w", err)
 	}
-	return review.Status.UserInfo, nil
-}
-
-// CheckBootstrapToken verifies the server knows the token as
-// system:bootstrap:<id>, the identity the TLS bootstrap relies on.
-func (c *Client) CheckBootstrapToken(ctx context.Context, token string) error {
-	id, _, _ := strings.Cut(token, ".")
-	ui, err := c.WhoAmI(ctx, token)
-	if errors.Is(err, ErrTokenRejected) {
-		return fmt.Errorf("%w %s (is the bootstrap-token-%s Secret in kube-system, unexpired?)", ErrTokenRejected, id, id)
-	}
-	if err != nil {
-		return err
-	}
-	if want := "system:bootstrap:" + id; ui.Username != want {
-		return fmt.Errorf("the API server knows the token as %q, want %q", ui.Username, want)
-	}
-	return nil
+	return code, review.Status.UserInfo, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,12 +45,13 @@ func TestReachableAndToken(t *testing.T) {
 	if err := c.Reachable(ctx); err != nil {
 		t.Fatalf("Reachable: %v", err)
 	}
-	if err := c.CheckBootstrapToken(ctx, "abcdef.0123456789abcdef"); err != nil {
-		t.Fatalf("good token: %v", err)
+	code, user, err := c.SelfSubjectReview(ctx, "abcdef.0123456789abcdef")
+	if err != nil || code != http.StatusOK || user.Username != "system:bootstrap:abcdef" || len(user.Groups) != 1 {
+		t.Fatalf("good token: %d %+v %v", code, user, err)
 	}
-	err = c.CheckBootstrapToken(ctx, "abcdef.ffffffffffffffff")
-	if !errors.Is(err, ErrTokenRejected) || strings.Contains(err.Error(), "ffffffffffffffff") || !strings.Contains(err.Error(), "abcdef") {
-		t.Fatalf("bad token: %v", err)
+	code, user, err = c.SelfSubjectReview(ctx, "abcdef.ffffffffffffffff")
+	if err != nil || code != http.StatusUnauthorized || user.Username != "" {
+		t.Fatalf("bad token: %d %+v %v", code, user, err)
 	}
 }
 
@@ -77,13 +79,47 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
-func TestWrongIdentity(t *testing.T) {
+func TestReviewAnswers(t *testing.T) {
 	s, ca := server(t, func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"userInfo": map[string]any{"username": "system:anonymous"}}})
+		if r.Header.Get("Authorization") == "Bearer abcdef.0123456789abcdef" {
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"userInfo": map[string]any{"username": "system:anonymous"}}})
+			return
+		}
+		_, _ = w.Write([]byte("not json"))
 	})
 	c, _ := New(s.URL, ca, 5*time.Second)
-	if err := c.CheckBootstrapToken(context.Background(), "abcdef.0123456789abcdef"); err == nil || !strings.Contains(err.Error(), "system:anonymous") {
-		t.Fatalf("wrong identity: %v", err)
+	if _, user, err := c.SelfSubjectReview(context.Background(), "abcdef.0123456789abcdef"); err != nil || user.Username != "system:anonymous" {
+		t.Fatalf("another identity: %+v %v", user, err)
+	}
+	code, _, err := c.SelfSubjectReview(context.Background(), "abcdef.ffffffffffffffff")
+	if code != http.StatusOK || err == nil || strings.Contains(err.Error(), "ffffffffffffffff") {
+		t.Fatalf("an answer that does not parse: %d %v", code, err)
+	}
+}
+
+// TestNoProxy: the API server is reached directly even when the
+// environment names a proxy, as the kubelet in the machine reaches it.
+func TestNoProxy(t *testing.T) {
+	proxied := false
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { proxied = true }))
+	defer proxy.Close()
+	t.Setenv("HTTPS_PROXY", proxy.URL)
+	t.Setenv("NO_PROXY", "")
+	s, ca := server(t, func(w http.ResponseWriter, r *http.Request) {})
+	// A name the test certificate covers, not 127.0.0.1 (Go never
+	// proxies loopback addresses); every dial still lands on loopback.
+	srv := strings.Replace(s.URL, "127.0.0.1", "api.example.com", 1)
+	c, _ := New(srv, ca, 5*time.Second)
+	proxyAddr := strings.TrimPrefix(proxy.URL, "http://")
+	c.HTTP.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != proxyAddr {
+			addr = s.Listener.Addr().String()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	code, _, err := c.Do(context.Background(), http.MethodGet, "/version", "", nil)
+	if proxied || code != http.StatusOK {
+		t.Fatalf("proxied=%v code=%d err=%v", proxied, code, err)
 	}
 }
 

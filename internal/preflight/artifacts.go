@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path"
 	"strings"
 	"text/template"
@@ -80,7 +79,7 @@ func artifactSourcesCheck(e *Env) Check {
 		}
 		dir = path.Clean(dir)
 		remedy := fmt.Sprintf("copy the offline bundle for Kubernetes %s to %s, or fix %s in %s", e.Config.Components.Kubernetes, dir, sourceKey, cfg)
-		fi, err := os.Stat(e.onRoot(dir))
+		fi, err := e.stat(dir)
 		switch {
 		case err != nil:
 			return Error(remedy, "offline bundle %s (from %s in %s): %v", dir, sourceKey, cfg, err)
@@ -88,7 +87,7 @@ func artifactSourcesCheck(e *Env) Check {
 			return Error(remedy, "offline bundle %s (from %s in %s) is not a directory", dir, sourceKey, cfg)
 		}
 		mpath := path.Join(dir, ManifestName)
-		data, err := os.ReadFile(e.onRoot(mpath))
+		data, err := e.readFile(mpath)
 		if err != nil {
 			return Error(remedy, "offline bundle %s has no readable %s: %v", dir, ManifestName, err)
 		}
@@ -107,7 +106,7 @@ func artifactSourcesCheck(e *Env) Check {
 				continue
 			}
 			for _, want := range []string{c, c + ChecksumSuffix} {
-				if _, err := os.Stat(e.onRoot(path.Join(dir, want))); err != nil {
+				if _, err := e.stat(path.Join(dir, want)); err != nil {
 					missing = append(missing, want)
 				}
 			}
@@ -121,7 +120,11 @@ func artifactSourcesCheck(e *Env) Check {
 			return Error(remedy, "offline bundle %s is incomplete: %s lists files that are missing or invalid: %s%s", dir, mpath, strings.Join(missing, ", "), more)
 		}
 		if e.VerifyOfflineArtifacts != nil {
-			if err := e.VerifyOfflineArtifacts(ctx, e.onRoot(dir)); err != nil {
+			host, err := e.onRoot(dir)
+			if err == nil {
+				err = e.VerifyOfflineArtifacts(ctx, host)
+			}
+			if err != nil {
 				return Error(remedy, "offline bundle %s does not verify: %v", dir, err)
 			}
 			return OK("offline bundle %s: %d files present and verified", dir, len(m.Files))

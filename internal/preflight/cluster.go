@@ -1,14 +1,12 @@
 package preflight
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/kubeapi"
 )
 
 // APITimeout bounds each request preflight makes to the API server.
@@ -40,75 +39,31 @@ func (e *Env) serverURL() string {
 	return u
 }
 
-// httpClient trusts exactly the configured CA, as the kubelet will: a
-// host that reaches the API server only through the system trust store
-// would pass here and fail after join.
-func (e *Env) httpClient() (*http.Client, error) {
-	if e.HTTPClient != nil {
-		return e.HTTPClient, nil
-	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
-	if data := e.Config.Node.Kubelet.CACertData; data != "" {
-		certs, err := config.DecodeCACerts(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s in %s %w", caKey, e.configFile(), err)
+// apiClient is the kubeapi client for the configured server, made once
+// per Env (the checks run concurrently): it trusts exactly
+// node.kubelet.caCertData, as the kubelet will, or the system trust store
+// when that is empty.
+func (e *Env) apiClient() (*kubeapi.Client, error) {
+	e.apiOnce.Do(func() {
+		if e.Config.Node.Kubelet.CACertData == "" {
+			e.api = kubeapi.NewSystemTrust(e.serverURL(), APITimeout)
+			return
 		}
-		pool := x509.NewCertPool()
-		for _, c := range certs {
-			pool.AddCert(c)
+		e.api, e.apiErr = kubeapi.New(e.serverURL(), e.Config.CAPEM(), APITimeout)
+		if e.apiErr != nil {
+			e.apiErr = fmt.Errorf("%s in %s: %w", caKey, e.configFile(), e.apiErr)
 		}
-		tlsConf.RootCAs = pool
-	}
-	return &http.Client{
-		Timeout: APITimeout,
-		Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			TLSClientConfig:     tlsConf,
-			TLSHandshakeTimeout: APITimeout,
-			// A handful of requests per run: nothing to keep alive.
-			DisableKeepAlives: true,
-		},
-	}, nil
+	})
+	return e.api, e.apiErr
 }
 
-// apiRequest sends one request; the caller closes nothing.
+// apiRequest sends one request through the Env's client.
 func (e *Env) apiRequest(ctx context.Context, method, p, bearer string, body []byte) (int, []byte, error) {
-	client, err := e.httpClient()
+	c, err := e.apiClient()
 	if err != nil {
 		return 0, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, APITimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, e.serverURL()+p, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		// url.Error repeats the method and URL the callers name already.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return resp.StatusCode, nil, err
-	}
-	return resp.StatusCode, data, nil
+	return c.Do(ctx, method, p, bearer, body)
 }
 
 // transportFailure turns a failed request into a result that names the URL
@@ -152,7 +107,7 @@ func apiServerReachableCheck(e *Env) Check {
 		// Any HTTP answer over verified TLS proves the name, the route and
 		// the CA; whether anonymous requests may read /version is policy.
 		trust := "the CA in " + caKey
-		if e.Config.Node.Kubelet.CACertData == "" && e.HTTPClient == nil {
+		if e.Config.Node.Kubelet.CACertData == "" {
 			trust = "the system trust store (" + caKey + " is empty)"
 		}
 		msg := fmt.Sprintf("%s answered %d over TLS verified with %s", u, code, trust)
@@ -177,8 +132,6 @@ func (e *Env) tokenID() (id, token string, ok bool) {
 	return id, bt.Token, true
 }
 
-const selfSubjectReviewPath = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-
 func bootstrapTokenCheck(e *Env) Check {
 	target := tokenKey
 	if id, _, ok := e.tokenID(); ok {
@@ -192,10 +145,14 @@ func bootstrapTokenCheck(e *Env) Check {
 		if e.serverURL() == "" {
 			return OK("token id %s not verified: %s is empty in %s", id, fqdnKey, e.configFile())
 		}
-		u := e.serverURL() + selfSubjectReviewPath
-		body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
-		code, data, err := e.apiRequest(ctx, http.MethodPost, selfSubjectReviewPath, token, body)
-		if err != nil {
+		u := e.serverURL() + kubeapi.SelfSubjectReviewPath
+		c, err := e.apiClient()
+		code := 0
+		var user kubeapi.UserInfo
+		if err == nil {
+			code, user, err = c.SelfSubjectReview(ctx, token)
+		}
+		if err != nil && code == 0 {
 			return Warning(fmt.Sprintf("fix %s first", NameAPIServerReachable),
 				"bootstrap token %s not verified: POST %s failed: %v", id, u, redact(err, token))
 		}
@@ -203,21 +160,13 @@ func bootstrapTokenCheck(e *Env) Check {
 		replace := fmt.Sprintf("create a bootstrap token in the cluster (kubeadm token create, or a bootstrap-token-%s Secret in kube-system) and set %s in %s", id, tokenKey, e.configFile())
 		switch code {
 		case http.StatusCreated, http.StatusOK:
-			var r struct {
-				Status struct {
-					UserInfo struct {
-						Username string `json:"username"`
-					} `json:"userInfo"`
-				} `json:"status"`
-			}
-			if err := json.Unmarshal(data, &r); err != nil {
+			if err != nil {
 				return Warning("check that "+e.serverURL()+" is a Kubernetes API server", "bootstrap token %s: cannot read the SelfSubjectReview answer from %s: %v", id, u, err)
 			}
-			got := r.Status.UserInfo.Username
-			if got != want {
-				return Error(replace, "the API server authenticated the token from %s as %q, not %q: it is not the bootstrap token %s", tokenKey, got, want, id)
+			if user.Username != want {
+				return Error(replace, "the API server authenticated the token from %s as %q, not %q: it is not the bootstrap token %s", tokenKey, user.Username, want, id)
 			}
-			return OK("the API server authenticates the bootstrap token %s as %s", id, got)
+			return OK("the API server authenticates the bootstrap token %s as %s", id, user.Username)
 		case http.StatusUnauthorized:
 			return Error(replace, "the API server rejected the bootstrap token %s (401 from POST %s): it is unknown, expired or its secret does not match", id, u)
 		case http.StatusForbidden:

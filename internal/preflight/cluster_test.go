@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/kubeapi"
 )
 
 // fakeAPIServer answers like kube-apiserver for the three requests
@@ -55,7 +57,7 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/version":
 		_, _ = io.WriteString(w, `{"major":"1","minor":"35","gitVersion":"v1.35.0"}`)
-	case r.Method == http.MethodPost && r.URL.Path == selfSubjectReviewPath:
+	case r.Method == http.MethodPost && r.URL.Path == kubeapi.SelfSubjectReviewPath:
 		var body struct{ APIVersion, Kind string }
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectReview" || body.APIVersion != "authentication.k8s.io/v1" || auth != "Bearer "+testToken {
 			http.Error(w, `{"kind":"Status","code":400}`, http.StatusBadRequest)

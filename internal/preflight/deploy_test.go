@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 func TestExistingDeployment(t *testing.T) {
@@ -24,12 +26,12 @@ func TestExistingDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.file("var/lib/aks-flex-node/state.json", `{"version": 3, "configSHA256": "`+ConfigSHA256(data)+`", "machines": {"active": "kube2"}}`)
+	h.file("var/lib/aks-flex-node/state.json", `{"version": 3, "configSHA256": "`+state.ConfigDigest(data)+`", "machines": {"active": "kube2"}}`)
 	want(t, runNamed(t, env, NameExistingDeployment), SeverityOK, "converged: a re-run of start changes nothing")
 
 	// The same host with a changed config is an install this config did not make.
 	h.set("agent.logLevel", "debug")
-	want(t, h.run(NameExistingDeployment), SeverityWarning, "different config", ConfigSHA256(data)[:12], "aks-flex-node reset")
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "different config", state.ConfigDigest(data)[:12], "aks-flex-node reset")
 
 	h.file("var/lib/aks-flex-node/state.json", `{"machines": {}}`)
 	want(t, h.run(NameExistingDeployment), SeverityWarning, "no configSHA256", "aks-flex-node reset")
@@ -97,4 +99,27 @@ func TestArtifactSources(t *testing.T) {
 	}
 	env.InspectOfflineArtifacts = func(context.Context, string) error { return nil }
 	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "file digests match")
+}
+
+// TestPathsResolveInsideTheRoot: an image tree's absolute links name the
+// image's files. /var/lib/aks-flex-node -> /data/state resolves to
+// <root>/data/state, never to the running host's /data/state.
+func TestPathsResolveInsideTheRoot(t *testing.T) {
+	h := newHost(t)
+	h.mkdir("data/state")
+	h.mkdir("var/lib")
+	if err := os.Symlink("/data/state", filepath.Join(h.root, "var/lib/aks-flex-node")); err != nil {
+		t.Fatal(err)
+	}
+	h.file("data/state/state.json", `not json`)
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "/var/lib/aks-flex-node/state.json", "cannot be read")
+
+	// A dangling link is still an entry: existing-deployment looks at
+	// the machine dir itself, not at what it names.
+	h.file("data/state/state.json", `{"configSHA256": ""}`)
+	h.mkdir("var/lib/machines")
+	if err := os.Symlink("/nowhere", filepath.Join(h.root, "var/lib/machines/kube1")); err != nil {
+		t.Fatal(err)
+	}
+	want(t, h.run(NameExistingDeployment), SeverityWarning, "/var/lib/machines/kube1")
 }

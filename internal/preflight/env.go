@@ -2,16 +2,19 @@ package preflight
 
 import (
 	"context"
-	"net/http"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/ignition"
+	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -35,9 +38,6 @@ type Env struct {
 	Layout layout.Layout
 	// Prober runs the hostos probes; nil means one for Root and ProcDir.
 	Prober *hostos.Prober
-	// HTTPClient talks to the API server; nil means one that trusts only
-	// node.kubelet.caCertData, with APITimeout.
-	HTTPClient *http.Client
 	// Geteuid defaults to os.Geteuid.
 	Geteuid func() int
 	// FreeBytes returns the bytes available to an unprivileged writer on
@@ -60,6 +60,11 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
+
+	// The API server client, made on first use (see apiClient).
+	apiOnce sync.Once
+	api     *kubeapi.Client
+	apiErr  error
 }
 
 func (e *Env) setDefaults() {
@@ -99,12 +104,41 @@ func (e *Env) procDir() string {
 	return ""
 }
 
-// onRoot maps a host path to the path this process opens.
-func (e *Env) onRoot(p string) string {
-	if e.Root == "/" {
-		return p
+// onRoot maps a host path to the path this process opens, resolved inside
+// Root as a chroot would (fsroot): an absolute link in an image tree names
+// the image's file, never the running host's.
+func (e *Env) onRoot(p string) (string, error) { return fsroot.Resolve(e.Root, p) }
+
+// stat, lstat and readFile are their os namesakes for a host path.
+func (e *Env) stat(p string) (fs.FileInfo, error) {
+	h, err := e.onRoot(p)
+	if err != nil {
+		return nil, err
 	}
-	return filepath.Join(e.Root, p)
+	return os.Stat(h)
+}
+
+func (e *Env) lstat(p string) (fs.FileInfo, error) {
+	h, err := fsroot.ResolveNoFollow(e.Root, p)
+	if err != nil {
+		return nil, err
+	}
+	return os.Lstat(h)
+}
+
+func (e *Env) readFile(p string) ([]byte, error) {
+	h, err := e.onRoot(p)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(h)
+}
+
+// exists reports whether the host path p exists; a path that cannot be
+// resolved does not.
+func (e *Env) exists(p string) bool {
+	_, err := e.stat(p)
+	return err == nil
 }
 
 // configFile is the config file for messages.

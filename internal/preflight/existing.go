@@ -2,45 +2,26 @@ package preflight
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"os"
 	"path"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
-// StateFileName is the agent's state file in the state dir. It moves to
-// the package that writes it when that lands; preflight only reads it.
-const StateFileName = "state.json"
-
-// stateFile is the part of the state file preflight reads. Unknown fields
-// are ignored and a missing field is empty: the file belongs to another
-// package and its version, not to preflight.
-type stateFile struct {
-	ConfigSHA256 string `json:"configSHA256"`
-}
-
-// ConfigSHA256 is how the state file records which config an install was
-// made from: hex sha256 of the config file's bytes.
-func ConfigSHA256(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
-
 func existingDeploymentCheck(e *Env) Check {
-	state := path.Join(e.Layout.StateDir(), StateFileName)
+	statePath := path.Join(e.Layout.StateDir(), state.AppliedFile)
 	var leftovers []string
 	for _, m := range e.Layout.Machines() {
 		leftovers = append(leftovers, e.Layout.MachineDir(m))
 	}
 	leftovers = append(leftovers, e.Layout.Units().Agent, e.Layout.Units().Recovery)
-	target := strings.Join(append([]string{state}, leftovers...), ", ")
+	target := strings.Join(append([]string{statePath}, leftovers...), ", ")
 
 	return NewCheck(NameExistingDeployment, target, func(context.Context) Result {
 		var found []string
 		for _, p := range leftovers {
-			if _, err := os.Lstat(e.onRoot(p)); err == nil {
+			if _, err := e.lstat(p); err == nil {
 				found = append(found, p)
 			}
 		}
@@ -54,31 +35,31 @@ func existingDeploymentCheck(e *Env) Check {
 		// (no state file next to machines or units, an unreadable state
 		// file, or a different hash) is an install this config did not
 		// make, and start would trample it.
-		data, err := os.ReadFile(e.onRoot(state))
+		data, err := e.readFile(statePath)
 		switch {
 		case err == nil:
-			var st stateFile
-			if jerr := json.Unmarshal(data, &st); jerr != nil {
-				return Warning(remedy, "an earlier install left %s, which cannot be read (%v); also found: %s", state, jerr, orNone(strings.Join(found, ", ")))
+			recordedSum, jerr := state.RecordedConfigDigest(data)
+			if jerr != nil {
+				return Warning(remedy, "an earlier install left %s, which cannot be read (%v); also found: %s", statePath, jerr, orNone(strings.Join(found, ", ")))
 			}
 			cfgData, cerr := os.ReadFile(e.ConfigFile)
 			if cerr != nil {
-				return Warning(remedy, "an earlier install left %s; cannot tell whether it is from this config: %v", state, cerr)
+				return Warning(remedy, "an earlier install left %s; cannot tell whether it is from this config: %v", statePath, cerr)
 			}
-			want := ConfigSHA256(cfgData)
-			if strings.EqualFold(strings.TrimSpace(st.ConfigSHA256), want) {
-				return OK("converged: a re-run of start changes nothing (%s records the sha256 of %s)", state, e.configFile())
+			want := state.ConfigDigest(cfgData)
+			if strings.EqualFold(strings.TrimSpace(recordedSum), want) {
+				return OK("converged: a re-run of start changes nothing (%s records the sha256 of %s)", statePath, e.configFile())
 			}
-			recorded := "configSHA256 " + short(st.ConfigSHA256)
-			if st.ConfigSHA256 == "" {
+			recorded := "configSHA256 " + short(recordedSum)
+			if recordedSum == "" {
 				recorded = "no configSHA256"
 			}
 			return Warning(remedy, "an earlier install from a different config is on this host: %s records %s, %s has sha256 %s; also found: %s",
-				state, recorded, e.configFile(), short(want), orNone(strings.Join(found, ", ")))
+				statePath, recorded, e.configFile(), short(want), orNone(strings.Join(found, ", ")))
 		case !os.IsNotExist(err):
-			return Warning(remedy, "cannot read %s: %v", state, err)
+			return Warning(remedy, "cannot read %s: %v", statePath, err)
 		case len(found) > 0:
-			return Warning(remedy, "an earlier install left %s but no %s, so it is not known which config made it", strings.Join(found, ", "), state)
+			return Warning(remedy, "an earlier install left %s but no %s, so it is not known which config made it", strings.Join(found, ", "), statePath)
 		}
 		return OK("no earlier install (none of %s)", target)
 	})

@@ -70,7 +70,7 @@ var requiredTools = []requiredTool{
 	{[]string{"mount"}, "mount", "util-linux", "bind mounts"},
 	{[]string{"iptables", "nft"}, "iptables", "iptables", "host firewall rules"},
 	{[]string{"ip"}, "iproute2", "iproute", "host networking"},
-	{[]string{"modprobe"}, "kmod", "kmod", "loads overlay and br_netfilter"},
+	{[]string{"modprobe"}, "kmod", "kmod", "loads " + strings.Join(hostos.RequiredModuleNames(), " and ")},
 }
 
 func (t requiredTool) String() string { return strings.Join(t.names, " or ") }
@@ -191,7 +191,7 @@ func cgroupsCheck(e *Env) Check {
 				"no cgroup filesystem is mounted at %s (%s)", cgroupRoot, e.Prober.MountInfoPath())
 		case hostos.CgroupV2:
 			source = path.Join(cgroupRoot, "cgroup.controllers")
-			b, err := os.ReadFile(e.onRoot(source))
+			b, err := e.readFile(source)
 			if err != nil {
 				return Error("check that cgroup2 is mounted at "+cgroupRoot, "cgroup v2, but cannot read its controllers: %v", err)
 			}
@@ -233,8 +233,7 @@ func cgroupsCheck(e *Env) Check {
 // written the machine's files, so it is caught here instead.
 func kernelLogDeviceCheck(e *Env) Check {
 	return NewCheck(NameKernelLogDevice, "/dev/kmsg", func(context.Context) Result {
-		p := filepath.Join(e.Root, "dev/kmsg")
-		if _, err := os.Stat(p); err != nil {
+		if _, err := e.stat("/dev/kmsg"); err != nil {
 			return Error("run on a host that has /dev/kmsg; inside a container, bind it in (systemd-nspawn --bind=/dev/kmsg, docker --device /dev/kmsg)",
 				"/dev/kmsg is missing (%v): the machine kube1 binds it for the kubelet, and systemd-nspawn will not start the machine without it", err)
 		}
@@ -275,23 +274,8 @@ func swapCheck(e *Env) Check {
 	})
 }
 
-// kernelModules are what the worker needs from the host kernel: overlay
-// for containerd's snapshotter, br_netfilter so bridged pod traffic passes
-// iptables. Each has a sign in /proc that it is available right now,
-// whether loaded or built in.
-var kernelModules = []struct {
-	name string
-	// present is a host path that exists (or, with fsName, a filesystem
-	// listed in /proc/filesystems) once the module is in the kernel.
-	procPath string
-	fsName   string
-}{
-	{name: "overlay", fsName: "overlay"},
-	{name: "br_netfilter", procPath: "sys/net/bridge"},
-}
-
 func kernelModulesCheck(e *Env) Check {
-	return NewCheck(NameKernelModules, "overlay, br_netfilter", func(context.Context) Result {
+	return NewCheck(NameKernelModules, strings.Join(hostos.RequiredModuleNames(), ", "), func(context.Context) Result {
 		pd := e.procDir()
 		if pd == "" {
 			return Warning(notProbedRemedy, "kernel modules not probed: %v", hostos.ErrLiveHostOnly)
@@ -304,27 +288,30 @@ func kernelModulesCheck(e *Env) Check {
 		modDir := e.moduleDir(release)
 		loaded := readFirstFields(filepath.Join(pd, "modules"))
 		filesystems := readLastFields(filepath.Join(pd, "filesystems"))
-		builtin := moduleNames(filepath.Join(e.onRoot(modDir), "modules.builtin"))
+		builtin := map[string]bool{}
+		if f, err := e.onRoot(path.Join(modDir, "modules.builtin")); err == nil {
+			builtin = moduleNames(f)
+		}
 		var available map[string]string
 		var ok, toLoad, missing []string
-		for _, m := range kernelModules {
+		for _, m := range hostos.RequiredModules {
 			switch {
-			case loaded[m.name]:
-				ok = append(ok, m.name+" loaded")
-			case builtin[m.name]:
-				ok = append(ok, m.name+" built in")
-			case m.fsName != "" && filesystems[m.fsName]:
-				ok = append(ok, fmt.Sprintf("%s available (%s in %s/filesystems)", m.name, m.fsName, pd))
-			case m.procPath != "" && exists(filepath.Join(pd, m.procPath)):
-				ok = append(ok, fmt.Sprintf("%s available (%s/%s exists)", m.name, pd, m.procPath))
+			case loaded[m.Name]:
+				ok = append(ok, m.Name+" loaded")
+			case builtin[m.Name]:
+				ok = append(ok, m.Name+" built in")
+			case m.FSName != "" && filesystems[m.FSName]:
+				ok = append(ok, fmt.Sprintf("%s available (%s in %s/filesystems)", m.Name, m.FSName, pd))
+			case m.ProcPath != "" && exists(filepath.Join(pd, m.ProcPath)):
+				ok = append(ok, fmt.Sprintf("%s available (%s/%s exists)", m.Name, pd, m.ProcPath))
 			default:
 				if available == nil {
 					available = e.moduleFiles(modDir)
 				}
-				if f, found := available[m.name]; found {
-					toLoad = append(toLoad, fmt.Sprintf("%s will be loaded by start (%s)", m.name, f))
+				if f, found := available[m.Name]; found {
+					toLoad = append(toLoad, fmt.Sprintf("%s will be loaded by start (%s)", m.Name, f))
 				} else {
-					missing = append(missing, m.name)
+					missing = append(missing, m.Name)
 				}
 			}
 		}
@@ -341,7 +328,7 @@ func kernelModulesCheck(e *Env) Check {
 func (e *Env) moduleDir(release string) string {
 	for _, d := range []string{"/lib/modules", "/usr/lib/modules"} {
 		p := path.Join(d, release)
-		if exists(e.onRoot(p)) {
+		if e.exists(p) {
 			return p
 		}
 	}
@@ -352,7 +339,10 @@ func (e *Env) moduleDir(release string) string {
 // lists every module depmod saw; the tree is walked only without it.
 func (e *Env) moduleFiles(dir string) map[string]string {
 	out := map[string]string{}
-	host := e.onRoot(dir)
+	host, err := e.onRoot(dir)
+	if err != nil {
+		return out
+	}
 	add := func(rel string) {
 		base := path.Base(rel)
 		i := strings.Index(base, ".ko")
@@ -446,7 +436,11 @@ func diskSpaceCheck(e *Env) Check {
 		if err != nil {
 			return Error("check that /var/lib exists", "%v", err)
 		}
-		free, err := e.FreeBytes(e.onRoot(anc))
+		host, err := e.onRoot(anc)
+		free := uint64(0)
+		if err == nil {
+			free, err = e.FreeBytes(host)
+		}
 		if err != nil {
 			return Error("check the filesystem holding "+anc, "statfs %s: %v", anc, err)
 		}

@@ -190,7 +190,11 @@ func (e *Env) sysextWarning() (Result, bool) {
 // probeExec creates a temp dir in dir (inside the root), writes a shell
 // script into it, runs it and removes the temp dir, whatever happened.
 func (e *Env) probeExec(ctx context.Context, dir string) (err error) {
-	tmp, err := os.MkdirTemp(e.onRoot(dir), ".aks-flex-node-preflight-")
+	host, err := e.onRoot(dir)
+	if err != nil {
+		return fmt.Errorf("create temp dir: %w", err)
+	}
+	tmp, err := os.MkdirTemp(host, ".aks-flex-node-preflight-")
 	if err != nil {
 		return fmt.Errorf("create temp dir: %w", err)
 	}

@@ -109,6 +109,20 @@ func ConfigDigest(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// RecordedConfigDigest returns the config digest the applied-state file's
+// bytes record ("" when none), reading nothing else and checking no
+// sidecar: preflight must tell which config made an earlier install even
+// when the rest of the file is damaged or from another version.
+func RecordedConfigDigest(data []byte) (string, error) {
+	var a struct {
+		ConfigSHA256 string `json:"configSHA256"`
+	}
+	if err := json.Unmarshal(data, &a); err != nil {
+		return "", err
+	}
+	return a.ConfigSHA256, nil
+}
+
 // Tracker records every path start created, before creating it, so a
 // crash leaves an over-approximation reset can clean up, never an orphan.
 type Tracker struct {

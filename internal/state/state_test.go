@@ -59,3 +59,26 @@ func TestTrackerDeepestFirst(t *testing.T) {
 		t.Fatalf("list %v", got)
 	}
 }
+
+// TestRecordedConfigDigest reads the digest SaveApplied records, and only
+// that: a file whose other fields do not parse still names its config.
+func TestRecordedConfigDigest(t *testing.T) {
+	dir := t.TempDir()
+	sum := ConfigDigest([]byte(`{"agent": {}}`))
+	if _, err := SaveApplied(dir, Applied{ConfigSHA256: sum}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, AppliedFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := RecordedConfigDigest(data); err != nil || got != sum {
+		t.Errorf("recorded %q, %v; want %q", got, err, sum)
+	}
+	if got, err := RecordedConfigDigest([]byte(`{"configSHA256": "ab", "appliedAt": 7}`)); err != nil || got != "ab" {
+		t.Errorf("damaged file: %q, %v", got, err)
+	}
+	if _, err := RecordedConfigDigest([]byte(`not json`)); err == nil {
+		t.Error("not json: no error")
+	}
+}

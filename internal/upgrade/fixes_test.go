@@ -303,6 +303,7 @@ func TestCleanStaleKeepsFreshLinkTemps(t *testing.T) {
 	l := testLayout(t)
 	lib := l.OnRoot(l.LibDir())
 	fresh, old, cand := lib+"/.current.tmp-12", lib+"/.last-good.tmp-7", lib+"/.candidate-x"
+	slotTmp := lib + "/.agent-green4242" // a killed WriteStreamAtomic
 	for _, p := range []string{fresh, old} {
 		if err := os.MkdirAll(lib, 0o755); err != nil {
 			t.Fatal(err)
@@ -312,15 +313,18 @@ func TestCleanStaleKeepsFreshLinkTemps(t *testing.T) {
 		}
 	}
 	put(t, cand, nil)
+	put(t, slotTmp, nil)
 	past := time.Now().Add(-2 * staleAge)
-	if err := lutimes(old, past); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{old, slotTmp} {
+		if err := lutimes(p, past); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cleanStale(l)
 	if _, err := os.Lstat(fresh); err != nil {
 		t.Errorf("a fresh link temp file (another process between ln and mv) was removed")
 	}
-	for _, p := range []string{old, cand} {
+	for _, p := range []string{old, cand, slotTmp} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s not cleaned: %v", p, err)
 		}

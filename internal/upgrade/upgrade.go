@@ -344,7 +344,10 @@ func cleanStale(l layout.Layout) {
 	for _, m := range matches {
 		os.Remove(m)
 	}
-	tmps, _ := filepath.Glob(l.OnRoot(l.LibDir() + "/.*.tmp-*"))
+	// Every other dotfile there is a writer's temp file: SymlinkAtomic's
+	// ".<name>.tmp-*", renameio's ".<name><digits>" (slots, the recovery
+	// script).
+	tmps, _ := filepath.Glob(l.OnRoot(l.LibDir() + "/.*"))
 	for _, m := range tmps {
 		if fi, err := os.Lstat(m); err == nil && time.Since(fi.ModTime()) > staleAge {
 			os.Remove(m)
