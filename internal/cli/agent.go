@@ -1,22 +1,15 @@
 package cli
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"io/fs"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
-	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
@@ -39,11 +32,14 @@ a reboot nothing else does), without waiting for the API server.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			log := logger(cmd.ErrOrStderr(), 0)
-			c, err := waitForConfig(ctx, path, log)
-			if err != nil {
+			c, err := daemon.WaitForConfig(ctx, path, log)
+			var ie *config.InvalidError
+			switch {
+			case errors.As(err, &ie):
+				return invalid(err)
+			case err != nil:
 				return err
-			}
-			if c == nil {
+			case c == nil:
 				return nil // stopped while waiting
 			}
 			log = logger(cmd.ErrOrStderr(), levelOf(c))
@@ -65,50 +61,13 @@ a reboot nothing else does), without waiting for the API server.`,
 			if _, err := upgrade.Confirm(l, upgrade.RunningSlot(l), log); err != nil {
 				return err
 			}
-			interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
-			a := &daemon.Agent{Config: c, Layout: l, Log: log, Interval: interval}
-			keeper := &bootstrap.MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log}
-			a.Maintain = keeper.Keep
-			if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
-				client, err := kubeapi.New(srv, c.CAPEM(), 10*time.Second)
-				if err != nil {
-					return invalid(fmt.Errorf("node.kubelet.caCertData: %w", err))
-				}
-				a.WaitFor = "API server " + srv
-				a.Ready = client.Reachable
+			a, err := daemon.New(c, l, log)
+			if err != nil {
+				return invalid(err)
 			}
 			return a.Run(ctx)
 		},
 	}
 	addConfigFlag(cmd, &path)
 	return cmd
-}
-
-// waitForConfig waits for the config file to appear: a unit started before
-// Ignition or an operator put the file in place should wait, not crash-loop.
-// nil, nil means the agent was stopped while waiting.
-func waitForConfig(ctx context.Context, path string, log interface {
-	Info(string, ...any)
-}) (*config.Config, error) {
-	backoff := time.Second
-	for {
-		c, err := config.Load(path)
-		if err == nil {
-			return c, nil
-		}
-		var ie *config.InvalidError
-		if errors.As(err, &ie) {
-			return nil, invalid(err)
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		log.Info("waiting", "for", "config file "+path, "error", err, "retry-in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
 }

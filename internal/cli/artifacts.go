@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
-	"github.com/Azure/aks-flex-node/internal/config"
-	"github.com/Azure/aks-flex-node/internal/preflight"
 )
 
 func newArtifactsCommand() *cobra.Command {
@@ -234,23 +231,3 @@ func verifySource(ctx context.Context, src string, want artifact.Components, arc
 
 // oneLine keeps a problem on one output line.
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
-
-// bundleChecks plugs the artifact package into preflight's
-// artifact-sources check: a local bundle is verified in full (unless
-// unchanged since start last verified it), a registry one is inspected
-// without downloading. Either way a bad bundle stops start before it
-// touches the host.
-func bundleChecks(env *preflight.Env, c *config.Config, p *bootstrap.Pipeline) {
-	env.VerifyOfflineArtifacts = p.VerifyLocalBundle
-	env.InspectOfflineArtifacts = func(ctx context.Context, ref string) error {
-		_, ps := artifact.Registry{PlainHTTP: c.Bootstrap.OfflineArtifacts.PlainHTTP}.Inspect(ctx, ref, bootstrap.WantComponents(c), runtime.GOARCH)
-		msgs := make([]string, len(ps))
-		for i := range ps {
-			msgs[i] = ps[i].Error()
-		}
-		if len(msgs) > 0 {
-			return errors.New(strings.Join(msgs, "; "))
-		}
-		return nil
-	}
-}

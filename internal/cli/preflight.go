@@ -52,7 +52,7 @@ reported as warnings with --ignore-preflight-errors.`,
 				src.IMDSEndpoint = imds
 			}
 			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
-			bundleChecks(env, c, &bootstrap.Pipeline{Layout: l, Config: c, ConfigFile: path})
+			bootstrap.WireBundleChecks(env, bootstrap.NewStart(bootstrap.Options{Layout: l, Config: c, ConfigFile: path}).Stager())
 			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {

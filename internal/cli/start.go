@@ -11,7 +11,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/preflight"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newStartCommand() *cobra.Command {
@@ -30,10 +29,17 @@ upstream, verified; write the machine's nspawn files, containerd, kubelet and
 CNI config; start it; wait for the kubelet's TLS bootstrap and for the Node to
 be Ready; save the applied state and start aks-flex-node-agent.service.
 
-A second start on a converged host changes nothing and says so.`,
+A second start on a converged host changes nothing and says so.
+
+Phases, in order, and their tasks (each task logs one line,
+task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
+
+` + bootstrap.DescribeStart() + `
+--ignore-preflight-errors=all does not cover agent-binary: ignoring it only
+moves the failure after the node joined; name it to ignore it anyway.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := opts.Validate(preflight.DefaultNames); err != nil {
+			if err := opts.Validate(preflight.StartNames); err != nil {
 				return invalid(err)
 			}
 			data, err := os.ReadFile(path)
@@ -49,29 +55,23 @@ A second start on a converged host changes nothing and says so.`,
 				return invalid(err)
 			}
 			out := cmd.OutOrStdout()
-			p := &bootstrap.Pipeline{
+			s := bootstrap.NewStart(bootstrap.Options{
 				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
 				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
 				Progress:    out,
 				JoinTimeout: timeout,
+			})
+			pf := bootstrap.Preflight{
+				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
+				Options: opts,
+				Report:  out,
 			}
-			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}
-			bundleChecks(env, c, p)
-			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
-			if err := report.WriteText(out); err != nil {
-				return err
-			}
-			if report.Failed(opts.FailOnWarnings) {
-				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused by preflight before touching the host; nothing was changed")
-				return &exitError{code: ExitFailure, err: errSilent}
-			}
-			// The agent service is installed last, after the node has
-			// joined; what would make that fail is refused now instead.
-			if err := upgrade.CheckSeed(cmd.Context(), l); err != nil {
+			_, err = s.Run(cmd.Context(), pf)
+			var refused *bootstrap.RefusedError
+			if errors.As(err, &refused) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused before touching the host; nothing was changed")
-				return fmt.Errorf("start: install-agent-service would fail: %w", err)
 			}
-			if _, err := p.Start(cmd.Context()); err != nil {
+			if err != nil {
 				return fmt.Errorf("start: %w", err)
 			}
 			return nil
@@ -107,8 +107,7 @@ selects the default layout.`,
 				}
 				return err
 			}
-			p := &bootstrap.Pipeline{Layout: l, ConfigFile: path, Log: log}
-			changed, err := p.Reset(cmd.Context())
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log})
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}

@@ -1,124 +1,148 @@
 // Package daemon owns the long-running agent: the process systemd keeps up
-// as aks-flex-node-agent.service. It waits for what it needs with backoff
-// instead of crashing (a crash loop would run into systemd's start limit and
-// leave the host without an agent), and it exits cleanly when stopped.
+// as aks-flex-node-agent.service, what it waits for before it works (its
+// config file, the API server), and the loops it runs. Today that is one
+// loop, keep-machine (keeper.go), which brings the node's machine back
+// after a reboot; the drift repair and repave that come next are further
+// Loops on the same Agent. The agent waits with backoff instead of
+// crashing (a crash loop would run into systemd's start limit and leave
+// the host without an agent), and it exits cleanly when stopped.
 package daemon
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/config"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 // Probe checks one thing the agent depends on; nil means ready.
 type Probe func(ctx context.Context) error
 
-// Agent is the daemon's state.
+// Loop is one kind of periodic work of the agent.
+type Loop struct {
+	// Name is kebab-case; the loop's failures are logged under it.
+	Name string
+	// Local loops need nothing remote: they start at once and run while
+	// the agent still waits for Ready (a kubelet that is not running
+	// cannot make an unreachable API server reachable). The others start
+	// once Ready has passed.
+	Local bool
+	// Run is one pass. It runs at once and every Interval; an error is
+	// logged and retried at the next interval, never fatal.
+	Run func(ctx context.Context) error
+}
+
+// Agent is the daemon: what it waits for and the loops it runs.
 type Agent struct {
-	Config *config.Config
 	Layout layout.Layout
 	Log    *slog.Logger
-	// WaitFor names what the agent waits for and how to check it; the
-	// agent logs the name while it waits.
-	WaitFor   string
-	Ready     Probe
-	Reconcile func(ctx context.Context) error
-	// Maintain is host-local upkeep that needs nothing remote (keeping the
-	// node's machine running after a reboot). It runs at once and every
-	// Interval, also while the agent still waits for Ready: a kubelet that
-	// is not running cannot make an unreachable API server reachable.
-	Maintain    func(ctx context.Context) error
-	Interval    time.Duration
-	MinBackoff  time.Duration
-	MaxBackoff  time.Duration
-	AfterReady  func()
+	// WaitFor names what Ready checks; the agent logs the name while it
+	// waits. A nil Ready waits for nothing.
+	WaitFor string
+	Ready   Probe
+	Loops   []Loop
+	// Interval is how often each loop runs; 0 means a minute.
+	Interval time.Duration
+	// MinBackoff and MaxBackoff bound the waits between Ready attempts;
+	// 0 means a second and a minute.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// sleepJitter spreads each wait; tests replace it.
 	sleepJitter func(time.Duration) time.Duration
 }
 
-// Run blocks until ctx is cancelled (SIGTERM from systemd) and returns nil
-// then: a stop is not a failure.
-func (a *Agent) Run(ctx context.Context) error {
+func (a *Agent) setDefaults() {
 	if a.MinBackoff == 0 {
 		a.MinBackoff = time.Second
 	}
 	if a.MaxBackoff == 0 {
 		a.MaxBackoff = time.Minute
 	}
+	if a.Interval <= 0 {
+		a.Interval = time.Minute
+	}
 	if a.sleepJitter == nil {
-		// Full jitter keeps a fleet of agents from retrying in lockstep
-		// after an API server outage.
+		// Each wait is drawn from the upper half of its backoff step, so a
+		// fleet of agents does not retry in lockstep after an API server
+		// outage.
 		a.sleepJitter = func(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 	}
-	a.Log.Info("agent started", "prefix", a.Layout.Prefix, "binary", a.Layout.AgentBinary, "config", a.Layout.ConfigFile)
-	interval := a.Interval
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	if a.Maintain != nil {
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			a.every(ctx, interval, "maintain", a.Maintain)
-		}()
-	}
+}
+
+// Run blocks until ctx is cancelled (SIGTERM from systemd) and returns nil
+// then: a stop is not a failure.
+func (a *Agent) Run(ctx context.Context) error {
+	a.setDefaults()
+	a.Log.Info("agent started", "prefix", a.Layout.Prefix(), "binary", a.Layout.AgentBinary(), "config", a.Layout.ConfigFile())
+	var loops wait.Group
+	defer loops.Wait()
+	a.startLoops(ctx, &loops, true)
 	if a.Ready != nil {
 		if err := a.waitReady(ctx); err != nil {
 			return nil // cancelled while waiting
 		}
 	}
-	if a.AfterReady != nil {
-		a.AfterReady()
-	}
-	a.every(ctx, interval, "reconcile", a.Reconcile)
+	a.startLoops(ctx, &loops, false)
+	<-ctx.Done()
 	a.Log.Info("agent stopping", "reason", context.Cause(ctx))
 	return nil
 }
 
-// every runs f now and at each interval until ctx ends; a failure is logged
-// and retried at the next interval, never fatal. A nil f just waits.
-func (a *Agent) every(ctx context.Context, interval time.Duration, what string, f func(context.Context) error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if f != nil {
-			if err := f(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				a.Log.Warn(what+" failed; retrying at the next interval", "error", err, "interval", interval)
-			}
+// startLoops starts the loops that are (or are not) Local.
+func (a *Agent) startLoops(ctx context.Context, g *wait.Group, local bool) {
+	for _, l := range a.Loops {
+		if l.Local != local {
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		g.StartWithContext(ctx, func(ctx context.Context) {
+			wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
+				if err := l.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+					a.Log.Warn(l.Name+" failed; retrying at the next interval", "error", err, "interval", a.Interval)
+				}
+			}, a.Interval)
+		})
 	}
 }
 
+// waitReady retries Ready with exponential backoff from MinBackoff to
+// MaxBackoff until it passes or ctx ends.
 func (a *Agent) waitReady(ctx context.Context) error {
-	backoff := a.MinBackoff
-	for attempt := 1; ; attempt++ {
-		err := a.Ready(ctx)
-		if err == nil {
-			a.Log.Info("ready", "waited-for", a.WaitFor, "attempts", attempt)
-			return nil
+	attempt := 0
+	var lastErr error
+	b := wait.Backoff{Duration: a.MinBackoff, Factor: 2, Cap: a.MaxBackoff, Steps: math.MaxInt32}
+	err := retry(ctx, b, a.sleepJitter, func(d time.Duration) {
+		a.Log.Info("waiting", "for", a.WaitFor, "attempt", attempt, "error", lastErr, "retry-in", d.Round(time.Millisecond))
+	}, func(ctx context.Context) (bool, error) {
+		attempt++
+		if lastErr = a.Ready(ctx); lastErr == nil {
+			return true, nil
 		}
-		if ctx.Err() != nil {
-			a.Log.Info("agent stopping while waiting", "waiting-for", a.WaitFor)
-			return ctx.Err()
-		}
-		d := a.sleepJitter(backoff)
-		a.Log.Info("waiting", "for", a.WaitFor, "attempt", attempt, "error", err, "retry-in", d.Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
-			a.Log.Info("agent stopping while waiting", "waiting-for", a.WaitFor)
-			return ctx.Err()
-		case <-time.After(d):
-		}
-		backoff = min(backoff*2, a.MaxBackoff)
+		return false, ctx.Err()
+	})
+	if err != nil {
+		a.Log.Info("agent stopping while waiting", "waiting-for", a.WaitFor)
+		return err
 	}
+	a.Log.Info("ready", "waited-for", a.WaitFor, "attempts", attempt)
+	return nil
+}
+
+// retry runs attempt at once and again after each delay of b (each passed
+// through jitter) until it returns true or an error, or ctx ends (then
+// ctx's error). waiting is told each delay before it starts, so a log line
+// can say when the next attempt comes.
+func retry(ctx context.Context, b wait.Backoff, jitter func(time.Duration) time.Duration, waiting func(time.Duration), attempt wait.ConditionWithContextFunc) error {
+	next := b.DelayFunc()
+	delay := func() time.Duration {
+		d := jitter(next())
+		waiting(d)
+		return d
+	}
+	return wait.DelayFunc(delay).Until(ctx, true, true, attempt)
 }

@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/config"
 )
 
 type syncBuf struct {
@@ -34,7 +39,13 @@ func TestWaitsWithBackoffThenReconciles(t *testing.T) {
 			}
 			return nil
 		},
-		Reconcile:   func(context.Context) error { reconciled <- struct{}{}; return nil },
+		Loops: []Loop{{Name: "reconcile", Run: func(context.Context) error {
+			select {
+			case reconciled <- struct{}{}:
+			default:
+			}
+			return nil
+		}}},
 		MinBackoff:  time.Millisecond,
 		MaxBackoff:  4 * time.Millisecond,
 		sleepJitter: func(d time.Duration) time.Duration { delays = append(delays, d); return d },
@@ -76,21 +87,26 @@ func TestCancelWhileWaitingIsClean(t *testing.T) {
 	}
 }
 
-// TestMaintainRunsWhileWaiting: upkeep that needs nothing remote (starting
-// the node's machine after a reboot) must not wait for the API server.
-func TestMaintainRunsWhileWaiting(t *testing.T) {
+// TestLocalLoopRunsWhileWaiting: upkeep that needs nothing remote
+// (starting the node's machine after a reboot) must not wait for the API
+// server; a loop that needs the cluster does.
+func TestLocalLoopRunsWhileWaiting(t *testing.T) {
 	var buf syncBuf
 	maintained := make(chan struct{}, 3)
+	var remote atomic.Int32
 	a := &Agent{
 		Log:     slog.New(slog.NewTextHandler(&buf, nil)),
 		WaitFor: "API server https://127.0.0.1:1",
 		Ready:   func(context.Context) error { return errors.New("connection refused") },
-		Maintain: func(context.Context) error {
-			select {
-			case maintained <- struct{}{}:
-			default:
-			}
-			return errors.New("machinectl failed")
+		Loops: []Loop{
+			{Name: "keep-machine", Local: true, Run: func(context.Context) error {
+				select {
+				case maintained <- struct{}{}:
+				default:
+				}
+				return errors.New("machinectl failed")
+			}},
+			{Name: "drift", Run: func(context.Context) error { remote.Add(1); return nil }},
 		},
 		Interval: time.Millisecond,
 	}
@@ -101,14 +117,40 @@ func TestMaintainRunsWhileWaiting(t *testing.T) {
 		select {
 		case <-maintained:
 		case <-time.After(5 * time.Second):
-			t.Fatal("Maintain did not run (again) while the agent waited for Ready")
+			t.Fatal("the local loop did not run (again) while the agent waited for Ready")
 		}
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel = %v, want nil", err)
 	}
-	if !strings.Contains(buf.String(), "maintain failed; retrying") {
-		t.Errorf("a failed Maintain is not logged:\n%s", buf.String())
+	if !strings.Contains(buf.String(), "keep-machine failed; retrying") {
+		t.Errorf("a failed local loop is not logged:\n%s", buf.String())
+	}
+	if n := remote.Load(); n != 0 {
+		t.Errorf("a loop that needs the cluster ran %d times before Ready", n)
+	}
+}
+
+// The agent waits for its config file with backoff, stops cleanly while
+// waiting, and gives up at once on an invalid one.
+func TestWaitForConfig(t *testing.T) {
+	var buf syncBuf
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	path := filepath.Join(t.TempDir(), "config.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if c, err := WaitForConfig(ctx, path, log); c != nil || err != nil {
+		t.Fatalf("stopped while waiting: %v %v", c, err)
+	}
+	if !strings.Contains(buf.String(), `for="config file `+path+`"`) || !strings.Contains(buf.String(), "retry-in=1s") {
+		t.Errorf("log does not say what it waits for and when it retries:\n%s", buf.String())
+	}
+	if err := os.WriteFile(path, []byte(`{"agent": {"hostprefix": "/opt/x"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ie *config.InvalidError
+	if _, err := WaitForConfig(context.Background(), path, log); !errors.As(err, &ie) {
+		t.Fatalf("invalid config: %v", err)
 	}
 }

@@ -20,6 +20,9 @@ const (
 	NameNodeName           = "node-name"
 	// NameProvisioningPayload judges customData/userData (internal/ignition).
 	NameProvisioningPayload = "provisioning-payload"
+	// NameAgentBinary is start's own: can install-agent-service, which
+	// runs after the join, seed the upgrade slots.
+	NameAgentBinary = "agent-binary"
 )
 
 // DefaultNames are the names of the checks Checks returns, in order. They
@@ -42,6 +45,24 @@ var DefaultNames = []string{
 	NameAPIServerReachable,
 	NameBootstrapToken,
 	NameNodeName,
+}
+
+// StartNames are the names of the checks StartChecks returns, in order:
+// what `start --ignore-preflight-errors` may name.
+var StartNames = append(append([]string(nil), DefaultNames...), NameAgentBinary)
+
+// explicitIgnoreOnly are checks that `all` in --ignore-preflight-errors
+// does not make non-fatal; naming one does. Ignoring one cannot make start
+// succeed, only move its failure after the node joined (DESIGN: refuse up
+// front, never fail after join), so a blanket `all` must not sweep it.
+var explicitIgnoreOnly = map[string]bool{NameAgentBinary: true}
+
+// StartChecks are the checks start's preflight phase runs: Checks, then
+// start's own (agent-binary), which asks about this install of the agent
+// rather than whether the host can take a node, and so is not part of
+// `preflight`, which runs before the agent is installed too.
+func StartChecks(env *Env) []Check {
+	return append(Checks(env), agentBinaryCheck(env))
 }
 
 // Checks returns the default checks for env, in DefaultNames order: host

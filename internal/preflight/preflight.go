@@ -76,7 +76,8 @@ func NewCheck(name, target string, run func(ctx context.Context) Result) Check {
 	return funcCheck{name: name, target: target, run: run}
 }
 
-// IgnoreAll in --ignore-preflight-errors makes every error non-fatal.
+// IgnoreAll in --ignore-preflight-errors makes every error non-fatal but
+// those of the checks that must be named (explicitIgnoreOnly).
 const IgnoreAll = "all"
 
 // Options control how results become a verdict.
@@ -146,7 +147,7 @@ func (o *Options) Validate(known []string) error {
 
 func (o Options) ignored(name string) bool {
 	for _, n := range o.IgnoreErrors {
-		if n == IgnoreAll || n == name {
+		if n == name || (n == IgnoreAll && !explicitIgnoreOnly[name]) {
 			return true
 		}
 	}

@@ -1,13 +1,14 @@
-// Package task owns the unit of work of the bootstrap pipeline: small,
-// idempotent steps with a kebab-case name, composed serially or in
-// parallel, each reporting in one log line what it did.
+// Package task owns the unit of work of start, reset and agent-upgrade:
+// small, idempotent steps with a kebab-case name, grouped into named
+// phases and run in order, each reporting in one log line what it did,
+// and the typed outputs by which one task hands its result to the tasks
+// after it.
 package task
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -37,22 +38,12 @@ func (r Result) String() string                       { return fmt.Sprintf("chan
 
 var _ Task = Func{}
 
-// Record is one finished task, for summaries and benchmarks.
-type Record struct {
-	Name     string
-	Changed  bool
-	Duration time.Duration
-	Err      error
-}
-
-// Runner runs tasks, logging one line each and keeping the records.
+// Runner runs tasks, logging one line each.
 type Runner struct {
 	Log *slog.Logger
 	// Starting, when set, is told each task's name before it runs, so a
 	// terminal shows which step is in progress during long waits.
 	Starting func(name string)
-	mu       sync.Mutex
-	Rec      []Record
 }
 
 // Run runs one task, logs `task=<name> status=ok|failed changed=<bool>`,
@@ -64,9 +55,6 @@ func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
 	start := time.Now()
 	res, err := t.Do(ctx)
 	d := time.Since(start)
-	r.mu.Lock()
-	r.Rec = append(r.Rec, Record{Name: t.Name(), Changed: res.Changed, Duration: d, Err: err})
-	r.mu.Unlock()
 	status := "ok"
 	if err != nil {
 		status = "failed"
@@ -98,39 +86,79 @@ func (r *Runner) Serial(ctx context.Context, tasks ...Task) (changed bool, err e
 	return changed, nil
 }
 
-// Parallel runs tasks concurrently and returns the first failure (in task
-// order, so errors are stable) after all have finished.
-func (r *Runner) Parallel(ctx context.Context, tasks ...Task) (changed bool, err error) {
-	errs := make([]error, len(tasks))
-	res := make([]Result, len(tasks))
-	var wg sync.WaitGroup
-	for i, t := range tasks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[i], errs[i] = r.Run(ctx, t)
-		}()
+// Phase is a named group of tasks, run in order. A command (start, reset)
+// is a list of phases; each is reported by name, and can be run on its
+// own when the tasks' inputs are there.
+type Phase struct {
+	Name  string
+	Tasks []Task
+}
+
+// Names are the names of the phase's tasks, in order.
+func (p Phase) Names() []string {
+	out := make([]string, len(p.Tasks))
+	for i, t := range p.Tasks {
+		out[i] = t.Name()
 	}
-	wg.Wait()
-	for i := range tasks {
-		changed = changed || res[i].Changed
-	}
-	for _, e := range errs {
-		if e != nil {
-			return changed, e
+	return out
+}
+
+// Phases runs phases in order, each task as Serial does, and logs one
+// line per phase after its tasks' lines; it stops at the first failure.
+// A failure is wrapped with the task's name only, so an error reads the
+// same whichever phase the task is in.
+func (r *Runner) Phases(ctx context.Context, phases ...Phase) (changed bool, err error) {
+	for _, p := range phases {
+		start := time.Now()
+		c, err := r.Serial(ctx, p.Tasks...)
+		changed = changed || c
+		LogPhase(r.Log, p.Name, c, time.Since(start), err)
+		if err != nil {
+			return changed, err
 		}
 	}
 	return changed, nil
 }
 
-// Changed reports whether any recorded task changed something.
-func (r *Runner) Changed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rec := range r.Rec {
-		if rec.Changed {
-			return true
-		}
+// LogPhase writes a phase's line: `phase=<name> status=ok|failed
+// changed=<bool> duration=...`. It is exported for phases that are not
+// made of tasks (start's preflight, a report of checks).
+func LogPhase(log *slog.Logger, name string, changed bool, d time.Duration, err error) {
+	status := "ok"
+	if err != nil {
+		status = "failed"
 	}
-	return false
+	attrs := []any{"phase", name, "status", status, "changed", changed, "duration", d.Round(time.Millisecond)}
+	if err != nil {
+		log.Error("phase", append(attrs, "error", err)...)
+		return
+	}
+	log.Info("phase", attrs...)
+}
+
+// Output is a value one task hands to the tasks after it: the producer
+// sets it, consumers take the same *Output in their constructors. The
+// order tasks depend on is then written in their constructors' arguments
+// rather than implied by shared fields, and reading an output its
+// producer never set names the producer.
+type Output[T any] struct {
+	producer string
+	v        T
+	set      bool
+}
+
+// NewOutput makes an empty output that the task named producer sets.
+func NewOutput[T any](producer string) *Output[T] { return &Output[T]{producer: producer} }
+
+// Set records the producer's result.
+func (o *Output[T]) Set(v T) { o.v, o.set = v, true }
+
+// Get returns the result, or an error naming the producer when it has
+// not run (or failed before setting it).
+func (o *Output[T]) Get() (T, error) {
+	if !o.set {
+		var zero T
+		return zero, fmt.Errorf("no %T: %s did not run", zero, o.producer)
+	}
+	return o.v, nil
 }

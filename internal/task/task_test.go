@@ -6,23 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 )
 
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 func TestSerialStopsAtFirstFailureAndLogsOneLineEach(t *testing.T) {
-	var buf lockedBuf
+	var buf bytes.Buffer
 	r := &Runner{Log: slog.New(slog.NewTextHandler(&buf, nil))}
 	var ran []string
 	mk := func(name string, changed bool, err error) Task {
@@ -35,25 +23,48 @@ func TestSerialStopsAtFirstFailureAndLogsOneLineEach(t *testing.T) {
 	if !changed || strings.Join(ran, ",") != "a,b,c" {
 		t.Fatalf("changed=%v ran=%v", changed, ran)
 	}
-	lines := strings.Split(strings.TrimSpace(buf.b.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[0], "task=a") || !strings.Contains(lines[0], "status=ok changed=false") || !strings.Contains(lines[2], "status=failed") {
-		t.Fatalf("log lines:\n%s", buf.b.String())
+		t.Fatalf("log lines:\n%s", buf.String())
 	}
 }
 
-func TestParallelRunsAllAndReportsFirstInOrder(t *testing.T) {
-	var buf lockedBuf
+// Phases keep the task lines as Serial writes them, add one line per
+// phase after its tasks, stop at the first failing phase, and wrap errors
+// with the task name only.
+func TestPhasesLogPerTaskAndPerPhase(t *testing.T) {
+	var buf bytes.Buffer
 	r := &Runner{Log: slog.New(slog.NewTextHandler(&buf, nil))}
-	var mu sync.Mutex
-	n := 0
-	mk := func(name string, err error) Task {
-		return Func{N: name, F: func(context.Context) (Result, error) { mu.Lock(); n++; mu.Unlock(); return Result{}, err }}
+	mk := func(name string, changed bool, err error) Task {
+		return Func{N: name, F: func(context.Context) (Result, error) { return Result{Changed: changed}, err }}
 	}
-	_, err := r.Parallel(context.Background(), mk("a", nil), mk("b", errors.New("x")), mk("c", errors.New("y")))
-	if err == nil || err.Error() != "b: x" || n != 3 {
-		t.Fatalf("err=%v n=%d", err, n)
+	changed, err := r.Phases(context.Background(),
+		Phase{Name: "one", Tasks: []Task{mk("a", false, nil), mk("b", true, nil)}},
+		Phase{Name: "two", Tasks: []Task{mk("c", false, errors.New("boom"))}},
+		Phase{Name: "three", Tasks: []Task{mk("d", false, nil)}},
+	)
+	if err == nil || err.Error() != "c: boom" || !changed {
+		t.Fatalf("changed=%v err=%v", changed, err)
 	}
-	if r.Changed() {
-		t.Error("nothing changed")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{"task=a status=ok changed=false", "task=b status=ok changed=true", "phase=one status=ok changed=true", "task=c status=failed", "phase=two status=failed changed=false"}
+	if len(lines) != len(want) {
+		t.Fatalf("log lines:\n%s", buf.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d %q does not contain %q", i, lines[i], w)
+		}
+	}
+}
+
+func TestOutputNamesItsProducer(t *testing.T) {
+	o := NewOutput[string]("stage-node-components")
+	if _, err := o.Get(); err == nil || err.Error() != "no string: stage-node-components did not run" {
+		t.Fatalf("unset output: %v", err)
+	}
+	o.Set("/dir")
+	if v, err := o.Get(); err != nil || v != "/dir" {
+		t.Fatalf("set output: %q %v", v, err)
 	}
 }

@@ -1,4 +1,4 @@
-package bootstrap
+package artifact
 
 import (
 	"encoding/json"
@@ -10,8 +10,8 @@ import (
 	"sort"
 	"syscall"
 
-	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
 // A converged re-run must not re-hash hundreds of megabytes of node
@@ -27,9 +27,9 @@ const componentsStamp = "components.stamp"
 // stampFile also records the component versions the config asked for:
 // changing one must re-run the version check against the manifest.
 type stampFile struct {
-	Bundle string              `json:"bundle"`
-	Want   artifact.Components `json:"want"`
-	Files  []fileStamp         `json:"files"`
+	Bundle string      `json:"bundle"`
+	Want   Components  `json:"want"`
+	Files  []fileStamp `json:"files"`
 }
 
 type fileStamp struct {
@@ -73,7 +73,7 @@ func stampBundle(dir string) ([]fileStamp, error) {
 		switch {
 		case d.IsDir():
 			return nil
-		case p == filepath.Join(root, stagedMarker):
+		case p == filepath.Join(root, StagedMarker):
 			// Ours, written after verification; not bundle content.
 			return nil
 		case d.Type()&fs.ModeSymlink != 0:
@@ -106,17 +106,17 @@ func stampBundle(dir string) ([]fileStamp, error) {
 
 // stampComponents stamps the bundle in bundleDir and what was installed
 // from it into the machine, sorted.
-func (p *Pipeline) stampComponents(bundleDir string) ([]fileStamp, error) {
+func (s *Stager) stampComponents(bundleDir string) ([]fileStamp, error) {
 	b, err := stampBundle(bundleDir)
 	if err != nil {
 		return nil, err
 	}
-	return p.withInstalled(b)
+	return s.withInstalled(b)
 }
 
 // withInstalled adds the installed files' stamps to the bundle's, sorted.
-func (p *Pipeline) withInstalled(b []fileStamp) ([]fileStamp, error) {
-	inst, err := stampTrees(installedRoots(p.machineRoot())...)
+func (s *Stager) withInstalled(b []fileStamp) ([]fileStamp, error) {
+	inst, err := stampTrees(installedRoots(s.MachineRoot)...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,31 +156,32 @@ func stampTrees(roots ...string) ([]fileStamp, error) {
 	return out, nil
 }
 
-// installedRoots are where artifact.Install writes inside the machine.
+// installedRoots are where Install writes inside the machine.
 func installedRoots(machineRoot string) []string {
 	var roots []string
-	for _, d := range []string{"usr/local/bin", "usr/local/sbin", "opt/cni/bin", "var/lib/aks-flex-node/images"} {
+	for _, d := range []string{nodedirs.Bin, nodedirs.Sbin, nodedirs.CNIBin, nodedirs.ImageArchives} {
 		roots = append(roots, filepath.Join(machineRoot, d))
 	}
 	return roots
 }
 
-func (p *Pipeline) stampPath() string {
-	return p.Layout.OnRoot(filepath.Join(p.Layout.StateDir(), componentsStamp))
+func (s *Stager) stampPath() string {
+	return s.Layout.OnRoot(filepath.Join(s.Layout.StateDir(), componentsStamp))
 }
 
-// componentsUnchanged reports whether the bundle and the installed files
-// are exactly as they were when last verified for this bundle dir.
-func (p *Pipeline) componentsUnchanged(bundleDir string) bool {
-	data, err := os.ReadFile(p.stampPath())
+// Unchanged reports whether the bundle in bundleDir and the files
+// installed from it are exactly as they were when last verified for this
+// bundle dir and these component versions.
+func (s *Stager) Unchanged(bundleDir string) bool {
+	data, err := os.ReadFile(s.stampPath())
 	if err != nil {
 		return false
 	}
 	var old stampFile
-	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleDir || old.Want != p.components() {
+	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleDir || old.Want != s.Want {
 		return false
 	}
-	cur, err := p.stampComponents(bundleDir)
+	cur, err := s.stampComponents(bundleDir)
 	if err != nil || len(cur) != len(old.Files) {
 		return false
 	}
@@ -192,26 +193,26 @@ func (p *Pipeline) componentsUnchanged(bundleDir string) bool {
 	return true
 }
 
-func (p *Pipeline) saveComponentsStamp(bundleDir string) error {
+func (s *Stager) saveStamp(bundleDir string) error {
 	// The bundle as it was verified in this run, when it was: a file
 	// changed after install read it then breaks the stamp.
 	var files []fileStamp
 	var err error
-	if v := p.verified; v != nil && v.dir == bundleDir && v.want == p.components() {
-		files, err = p.withInstalled(v.stamp)
+	if v := s.verified; v != nil && v.dir == bundleDir && v.want == s.Want {
+		files, err = s.withInstalled(v.stamp)
 	} else {
-		files, err = p.stampComponents(bundleDir)
+		files, err = s.stampComponents(bundleDir)
 	}
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(stampFile{Bundle: bundleDir, Want: p.components(), Files: files})
+	data, err := json.Marshal(stampFile{Bundle: bundleDir, Want: s.Want, Files: files})
 	if err != nil {
 		return err
 	}
-	if err := p.track(filepath.Join(p.Layout.StateDir(), componentsStamp)); err != nil {
+	if err := s.track(filepath.Join(s.Layout.StateDir(), componentsStamp)); err != nil {
 		return err
 	}
-	_, err = fsutil.WriteFile(p.stampPath(), data, 0o600)
+	_, err = fsutil.WriteFile(s.stampPath(), data, 0o600)
 	return err
 }

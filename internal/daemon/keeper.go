@@ -1,4 +1,4 @@
-package bootstrap
+package daemon
 
 import (
 	"context"
@@ -19,10 +19,14 @@ import (
 // side runs. The agent, which systemd does start at boot, brings it back.
 type MachineKeeper struct {
 	Layout  layout.Layout
-	Machine string // "" means DefaultMachine
+	Machine string // "" means the layout's active machine
 	Control *machine.Control
 	Log     *slog.Logger
 }
+
+// KeepMachine is the keeper's loop: local, since starting a machine needs
+// nothing remote.
+func KeepMachine(k *MachineKeeper) Loop { return Loop{Name: "keep-machine", Local: true, Run: k.Keep} }
 
 // Keep starts the machine when the host has joined (start's marker is
 // there) and the machine's unit is neither active nor on its way. A host
@@ -36,7 +40,7 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	}
 	name := k.Machine
 	if name == "" {
-		name = DefaultMachine
+		name = layout.MachineBlue
 	}
 	state, err := k.Control.State(ctx, name)
 	if err != nil {

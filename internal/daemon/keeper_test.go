@@ -1,4 +1,4 @@
-package bootstrap
+package daemon
 
 import (
 	"bytes"
@@ -61,7 +61,7 @@ func TestMachineKeeper(t *testing.T) {
 			}
 			started := false
 			for _, c := range calls {
-				if c == "machinectl start "+DefaultMachine {
+				if c == "machinectl start "+layout.MachineBlue {
 					started = true
 				}
 			}

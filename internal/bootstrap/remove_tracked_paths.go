@@ -1,0 +1,142 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
+)
+
+// keepInStateDir survives reset: it belongs to install.sh, and
+// uninstall.sh needs it to remove the binary reset keeps.
+var keepInStateDir = map[string]bool{"install-record": true}
+
+type removeTrackedPaths struct {
+	layout layout.Layout
+	log    *slog.Logger
+}
+
+// RemoveTrackedPaths returns the task that removes every path start
+// tracked, deepest first: files, directories that are ours wholesale,
+// directories that are empty once ours are gone. It keeps the agent
+// binary's slots, links and recovery script, and the install record.
+func RemoveTrackedPaths(l layout.Layout, log *slog.Logger) task.Task {
+	return &removeTrackedPaths{layout: l, log: log}
+}
+
+func (t *removeTrackedPaths) Name() string { return "remove-tracked-paths" }
+
+func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
+	l := t.layout
+	tr, err := state.OpenTracker(l.OnRoot(l.StateDir()))
+	if err != nil {
+		return task.Result{}, err
+	}
+	paths := tr.List()
+	// Files start writes without tracking them one by one live in these
+	// dirs: the applied state and the staged bundles.
+	paths = append(paths,
+		l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256",
+		l.JoinedMarker(), l.StateDir()+"/"+state.TrackerFile)
+	changed := false
+	var errs []error
+	for _, hp := range dedupeDeepestFirst(paths) {
+		removed, err := t.remove(hp)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		changed = changed || removed
+	}
+	return task.Result{Changed: changed}, errors.Join(errs...)
+}
+
+// remove removes one tracked host path the way its kind asks.
+func (t *removeTrackedPaths) remove(hp string) (bool, error) {
+	l := t.layout
+	full := l.OnRoot(hp)
+	fi, err := os.Lstat(full)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // also avoids EROFS when the path is on a read-only /usr
+	}
+	if err != nil {
+		return false, err
+	}
+	// Owned wholesale: everything inside is ours.
+	owned := hp == l.LogDir() || hp == l.BundlesDir() || hp == l.MachineStateDir() || strings.HasPrefix(hp, l.BundlesDir()+"/")
+	switch {
+	case !fi.IsDir():
+		err = os.Remove(full)
+	case owned:
+		err = os.RemoveAll(full)
+	case hp == l.StateDir():
+		err = removeDirExcept(full, keepInStateDir)
+	case hp == l.LibDir():
+		// The upgrade slots, their links and the recovery script are
+		// the agent binary, which reset keeps.
+		err = removeDirExcept(full, upgrade.Kept(l))
+	default:
+		err = os.Remove(full) // only when empty: anything else is not ours
+		if err != nil && isNotEmpty(err) {
+			t.log.Info("keeping non-empty directory", "path", hp)
+			return false, nil
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("remove %s: %w", hp, err)
+	}
+	return true, nil
+}
+
+func isNotEmpty(err error) bool {
+	return errors.Is(err, fs.ErrExist) || strings.Contains(err.Error(), "directory not empty")
+}
+
+// removeDirExcept removes dir's entries except keep, and dir itself if
+// that leaves it empty.
+func removeDirExcept(dir string, keep map[string]bool) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	kept := 0
+	for _, e := range entries {
+		if keep[e.Name()] {
+			kept++
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if kept == 0 {
+		return os.Remove(dir)
+	}
+	return nil
+}
+
+func dedupeDeepestFirst(paths []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range paths {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	// Deepest first so a directory is considered after what was in it.
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && strings.Count(out[j], "/") > strings.Count(out[j-1], "/"); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}

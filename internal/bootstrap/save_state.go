@@ -1,0 +1,50 @@
+package bootstrap
+
+import (
+	"context"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+type saveState struct {
+	host       Host
+	machine    Machine
+	config     *config.Config
+	configFile string
+	configData []byte
+}
+
+// SaveState returns the task that records what start applied (state.Applied:
+// the config file and its digest, the prefix, the node and machine, the
+// image the machine was unpacked from, the versions).
+func SaveState(h Host, m Machine, c *config.Config, configFile string, configData []byte) task.Task {
+	return &saveState{host: h, machine: m, config: c, configFile: configFile, configData: configData}
+}
+
+func (t *saveState) Name() string { return "save-state" }
+
+func (t *saveState) Do(ctx context.Context) (task.Result, error) {
+	l := t.host.Layout
+	digest, _ := machine.ImageDigest(l, t.machine.Name)
+	dir := l.OnRoot(l.StateDir())
+	if err := t.host.track(l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256"); err != nil {
+		return task.Result{}, err
+	}
+	changed, err := state.SaveApplied(dir, state.Applied{
+		ConfigFile:        t.configFile,
+		ConfigSHA256:      state.ConfigDigest(t.configData),
+		Prefix:            l.Prefix(),
+		NodeName:          t.config.Agent.NodeName,
+		Machine:           t.machine.Name,
+		ImageDigest:       digest,
+		KubernetesVersion: t.config.Components.Kubernetes,
+		AgentVersion:      buildinfo.Version,
+		AppliedAt:         time.Now().UTC(),
+	})
+	return task.Result{Changed: changed}, err
+}

@@ -1,0 +1,166 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/artifact"
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// Options are the inputs of one start or reset.
+type Options struct {
+	Layout      layout.Layout
+	Config      *config.Config // start only
+	ConfigFile  string         // host path
+	ConfigData  []byte
+	Log         *slog.Logger
+	Progress    io.Writer // terminal progress; nil for none
+	Exec        Runner    // host commands; nil runs them for real
+	ProcDir     string    // default /proc
+	Machine     string    // default the layout's active machine
+	JoinTimeout time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.JoinTimeout == 0 {
+		o.JoinTimeout = 5 * time.Minute
+	}
+	if o.Machine == "" {
+		o.Machine = layout.MachineBlue
+	}
+}
+
+// WantComponents are the versions config c asks a bundle for.
+func WantComponents(c *config.Config) artifact.Components {
+	return artifact.Components{Kubernetes: c.Components.Kubernetes, Containerd: c.Components.Containerd, Runc: c.Components.Runc, CNI: c.Networking.CNIVersion}
+}
+
+// Start is one run of start: its options and what its tasks share, none
+// of it a task's result: the host and machine they act on, the tracker,
+// and the stager that hashes the bundle once for preflight, stage and
+// install.
+type Start struct {
+	opts    Options
+	host    Host
+	machine Machine
+	stager  *artifact.Stager
+}
+
+// NewStart prepares a start with o. o.Config must be set.
+func NewStart(o Options) *Start {
+	o.setDefaults()
+	tr := NewTracker(o.Layout)
+	s := &Start{
+		opts:    o,
+		host:    Host{Layout: o.Layout, ProcDir: o.ProcDir, Exec: o.Exec, Tracker: tr},
+		machine: NewMachine(o.Layout, o.Machine, o.Exec),
+	}
+	c := o.Config
+	s.stager = &artifact.Stager{
+		Layout:      o.Layout,
+		Source:      c.Bootstrap.OfflineArtifacts.Source,
+		PlainHTTP:   c.Bootstrap.OfflineArtifacts.PlainHTTP,
+		Want:        WantComponents(c),
+		MachineRoot: s.machine.Root(),
+		Track:       tr.Add,
+		Log:         o.Log,
+	}
+	return s
+}
+
+// Stager is the run's bundle stager: preflight's artifact-sources check
+// verifies through it, so stage and install do not hash the bundle again.
+func (s *Start) Stager() *artifact.Stager { return s.stager }
+
+// Phases are start's phases after preflight, for a host in cgroup mode
+// ("v1" or "v2"). Their order, and the outputs passed from task to task,
+// are the dependencies between them.
+func (s *Start) Phases(cgroupMode string) []task.Phase {
+	c, h, m := s.opts.Config, s.host, s.machine
+	staged := task.NewOutput[artifact.Staged]("stage-node-components")
+	components := task.NewOutput[bool]("install-node-components")
+	nodeConfig := task.NewOutput[bool]("write-node-config")
+	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode}
+	return []task.Phase{
+		{Name: "stage", Tasks: []task.Task{
+			StageNodeComponents(s.stager, staged),
+		}},
+		{Name: "host", Tasks: []task.Task{
+			CreateLayoutDirs(h),
+			LoadKernelModules(h),
+			ApplySysctls(h),
+			DisableSwap(h),
+		}},
+		{Name: "machine", Tasks: []task.Task{
+			ProvisionMachine(h, m, c.Bootstrap.OCIImage, s.opts.ConfigFile, s.opts.Log),
+			InstallNodeComponents(s.stager, staged, components),
+			WriteNspawnFiles(h, m, nspawnOpts),
+			WriteNodeConfig(m, c, cgroupMode, nodeConfig),
+			StartMachine(m, components, nodeConfig),
+			ImportImages(m),
+		}},
+		{Name: "join", Tasks: []task.Task{
+			WaitTLSBootstrap(m, s.opts.JoinTimeout),
+			WaitNodeReady(m, c.Agent.NodeName, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
+		}},
+		{Name: "finish", Tasks: []task.Task{
+			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData),
+			InstallAgentService(h, s.opts.Log),
+			WriteJoinedMarker(h, c.Agent.NodeName),
+		}},
+	}
+}
+
+// Run runs start: the preflight phase, which refuses (a *RefusedError)
+// before anything on the host changes, then the phases of tasks.
+func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
+	start := time.Now()
+	if err := s.preflight(ctx, pf); err != nil {
+		return false, err
+	}
+	mode, err := machine.HostCgroupMode(s.opts.Layout.Root())
+	if err != nil {
+		return false, fmt.Errorf("detect cgroup mode: %w", err)
+	}
+	r := &task.Runner{Log: s.opts.Log, Starting: func(name string) { s.progressf("%s ...", name) }}
+	changed, err = r.Phases(ctx, s.Phases(mode)...)
+	if err != nil {
+		return changed, err
+	}
+	name := s.opts.Config.Agent.NodeName
+	if changed {
+		s.progressf("node %s joined in %v", name, time.Since(start).Round(time.Millisecond))
+	} else {
+		s.progressf("node %s already joined: nothing changed (%v)", name, time.Since(start).Round(time.Millisecond))
+	}
+	return changed, nil
+}
+
+func (s *Start) progressf(format string, args ...any) {
+	if s.opts.Progress != nil {
+		fmt.Fprintf(s.opts.Progress, "[start] "+format+"\n", args...)
+	}
+}
+
+// DescribeStart lists start's phases and their tasks, one phase a line,
+// for help text: the list is the code's, so it cannot drift from it.
+func DescribeStart() string {
+	s := NewStart(Options{Config: &config.Config{}})
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-10s %s\n", PreflightPhase, "the preflight checks; any error refuses before the host changes")
+	for _, p := range s.Phases("v2") {
+		fmt.Fprintf(&b, "  %-10s %s\n", p.Name, strings.Join(p.Names(), ", "))
+	}
+	return b.String()
+}

@@ -1,0 +1,73 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/systemd"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+type startMachine struct {
+	machine Machine
+	// restartIf are what install-node-components and write-node-config
+	// changed: a machine that already runs must restart containerd and
+	// the kubelet to pick up new components or config.
+	restartIf []*task.Output[bool]
+}
+
+// StartMachine returns the task that boots the machine and waits until it
+// runs; when it already runs, it restarts containerd and the kubelet in
+// it if any of restartIf is true, and otherwise leaves it alone.
+func StartMachine(m Machine, restartIf ...*task.Output[bool]) task.Task {
+	return &startMachine{machine: m, restartIf: restartIf}
+}
+
+func (t *startMachine) Name() string { return "start-machine" }
+
+func (t *startMachine) Do(ctx context.Context) (task.Result, error) {
+	m := t.machine
+	st, err := m.Control.State(ctx, m.Name)
+	if err != nil {
+		return task.Result{}, err
+	}
+	if st == "active" {
+		return t.restartNode(ctx)
+	}
+	// systemd must see the drop-in before the machine's unit starts.
+	if err := systemd.NewManager("/").DaemonReload(ctx); err != nil {
+		return task.Result{}, err
+	}
+	if err := m.Control.Start(ctx, m.Name); err != nil {
+		return task.Result{}, err
+	}
+	state, err := m.Control.WaitRunning(ctx, m.Name, 2*time.Minute)
+	if err != nil {
+		return task.Result{Changed: true}, fmt.Errorf("machine %s did not boot: %w; %s", m.Name, err, m.logHint("systemd-nspawn@"+m.Name))
+	}
+	return task.Result{Changed: true, Detail: "machine " + state}, nil
+}
+
+func (t *startMachine) restartNode(ctx context.Context) (task.Result, error) {
+	restart := false
+	for _, o := range t.restartIf {
+		changed, err := o.Get()
+		if err != nil {
+			return task.Result{}, err
+		}
+		restart = restart || changed
+	}
+	if !restart {
+		return task.Result{Detail: "already running"}, nil
+	}
+	m := t.machine
+	if out, err := m.exec(ctx, "systemctl", "daemon-reload"); err != nil {
+		return task.Result{}, fmt.Errorf("daemon-reload in %s: %v: %s", m.Name, err, bytes.TrimSpace(out))
+	}
+	if out, err := m.exec(ctx, "systemctl", "restart", "containerd.service", "kubelet.service"); err != nil {
+		return task.Result{}, fmt.Errorf("restart node services in %s: %v: %s", m.Name, err, bytes.TrimSpace(out))
+	}
+	return task.Result{Changed: true, Detail: "node services restarted"}, nil
+}

@@ -1,0 +1,139 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/Azure/aks-flex-node/internal/node"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+type waitNodeReady struct {
+	machine  Machine
+	nodeName string
+	timeout  time.Duration
+	progress func(string)
+}
+
+// WaitNodeReady returns the task that waits, up to timeout, for the Node
+// nodeName to be Ready, asking the API server with the kubelet's own
+// credentials (a node may read its own Node object). progress, when set,
+// is told each new state seen.
+func WaitNodeReady(m Machine, nodeName string, timeout time.Duration, progress func(string)) task.Task {
+	return &waitNodeReady{machine: m, nodeName: nodeName, timeout: timeout, progress: progress}
+}
+
+func (t *waitNodeReady) Name() string { return "wait-node-ready" }
+
+func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
+	kc, err := hostKubeconfig(filepath.Join(t.machine.Root(), node.KubeletKubeconf), t.machine.Root())
+	if err != nil {
+		return task.Result{}, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	if err := pollNodeReady(wctx, kc, t.nodeName, t.progress); err != nil {
+		return task.Result{}, fmt.Errorf("node %s not Ready within %v: %w; %s", t.nodeName, t.timeout, err, t.machine.logHint("kubelet"))
+	}
+	return task.Result{}, nil
+}
+
+// pollNodeReady polls the Node until its Ready condition is True or ctx
+// ends.
+func pollNodeReady(ctx context.Context, cfg *rest.Config, nodeName string, progress func(string)) error {
+	cfg.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	last := ""
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		status := ""
+		switch {
+		case err != nil:
+			status = "node not visible yet: " + err.Error()
+		default:
+			status = "node registered, not Ready"
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					if c.Status == corev1.ConditionTrue {
+						return true, nil
+					}
+					status = fmt.Sprintf("node Ready=%s: %s", c.Status, c.Message)
+				}
+			}
+		}
+		if status != last && progress != nil {
+			progress(status)
+			last = status
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (last seen: %s)", err, last)
+	}
+	return nil
+}
+
+// hostKubeconfig loads the kubelet's kubeconfig for use from the host. Its
+// certificate paths are inside the machine, and the current-certificate
+// link is absolute there, so each is resolved under the machine root and
+// inlined; nothing is written to disk.
+func hostKubeconfig(path, machineRoot string) (*rest.Config, error) {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	read := func(p string) ([]byte, error) {
+		for range 8 {
+			full := filepath.Join(machineRoot, p)
+			target, err := os.Readlink(full)
+			if err != nil {
+				return os.ReadFile(full)
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(p), target)
+			}
+			p = target
+		}
+		return nil, fmt.Errorf("%s: too many links", p)
+	}
+	for _, ai := range cfg.AuthInfos {
+		if ai.ClientCertificate != "" {
+			if ai.ClientCertificateData, err = read(ai.ClientCertificate); err != nil {
+				return nil, err
+			}
+			ai.ClientCertificate = ""
+		}
+		if ai.ClientKey != "" {
+			if ai.ClientKeyData, err = read(ai.ClientKey); err != nil {
+				return nil, err
+			}
+			ai.ClientKey = ""
+		}
+	}
+	for _, c := range cfg.Clusters {
+		if c.CertificateAuthority != "" {
+			if c.CertificateAuthorityData, err = read(c.CertificateAuthority); err != nil {
+				return nil, err
+			}
+			c.CertificateAuthority = ""
+		}
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rc, nil
+}

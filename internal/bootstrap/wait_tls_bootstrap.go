@@ -1,0 +1,57 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// kubeletClientCert is where the kubelet links its issued client certificate.
+const kubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+
+type waitTLSBootstrap struct {
+	machine Machine
+	timeout time.Duration
+}
+
+// WaitTLSBootstrap returns the task that waits, up to timeout, for the
+// kubelet's TLS bootstrap to finish: the kubelet writes its kubeconfig
+// early, and the bootstrap is done when the issued client certificate is
+// in place.
+func WaitTLSBootstrap(m Machine, timeout time.Duration) task.Task {
+	return &waitTLSBootstrap{machine: m, timeout: timeout}
+}
+
+func (t *waitTLSBootstrap) Name() string { return "wait-tls-bootstrap" }
+
+func (t *waitTLSBootstrap) Do(ctx context.Context) (task.Result, error) {
+	cert := filepath.Join(t.machine.Root(), kubeletClientCert)
+	if err := waitFile(ctx, cert, 250*time.Millisecond, t.timeout); err != nil {
+		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, kubeletClientCert, err, t.machine.logHint("kubelet"))
+	}
+	return task.Result{}, nil
+}
+
+// waitFile waits up to timeout for path to exist. Lstat, not Stat: the
+// kubelet's certificate link is absolute inside the machine and dangles
+// from the host.
+func waitFile(ctx context.Context, path string, every, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, every, timeout, true, func(context.Context) (bool, error) {
+		_, err := os.Lstat(path)
+		if err == nil {
+			return true, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	})
+}
