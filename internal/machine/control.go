@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/Azure/aks-flex-node/internal/hostos"
 )
 
@@ -112,23 +114,19 @@ func (c *Control) Stop(ctx context.Context, name string) error {
 }
 
 func (c *Control) waitStopped(ctx context.Context, name string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	last := ""
-	for {
+	err := wait.PollUntilContextTimeout(ctx, c.poll(), timeout, true, func(ctx context.Context) (bool, error) {
 		st, err := c.State(ctx, name)
-		if err == nil {
-			if stopped(st) {
-				return nil
-			}
-			last = st
+		if err != nil {
+			return false, nil // a failed look is retried at the next poll
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("still %s after %s", last, timeout)
-		case <-time.After(c.poll()):
-		}
+		last = st
+		return stopped(st), nil
+	})
+	if err != nil {
+		return fmt.Errorf("still %s after %s", last, timeout)
 	}
+	return nil
 }
 
 // Leader is the host PID of the machine's init.
@@ -170,31 +168,34 @@ func (c *Control) Exec(ctx context.Context, name string, args ...string) ([]byte
 // the caller decides whether that matters). Until the machine has a leader
 // and its systemd answers, it retries.
 func (c *Control) WaitRunning(ctx context.Context, name string, timeout time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	var lastErr error
 	last := ""
-	for {
+	errStopping := errors.New("shutting down")
+	err := wait.PollUntilContextTimeout(ctx, c.poll(), timeout, true, func(ctx context.Context) (bool, error) {
 		out, err := c.Exec(ctx, name, "systemctl", "is-system-running", "--wait")
 		st := ""
 		if len(bytes.TrimSpace(out)) > 0 {
 			st = trimOutput(out)
 		}
-		switch st {
-		case "running", "degraded":
-			return st, nil
-		case "stopping":
-			return st, fmt.Errorf("machine %s is shutting down", name)
-		}
 		if st != "" {
 			last = st
 		}
 		lastErr = err
-		select {
-		case <-ctx.Done():
-			return last, fmt.Errorf("machine %s not running after %s (last state %q): %w", name, timeout, last, errors.Join(ctx.Err(), lastErr))
-		case <-time.After(c.poll()):
+		switch st {
+		case "running", "degraded":
+			return true, nil
+		case "stopping":
+			return false, errStopping
 		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return last, nil
+	case errors.Is(err, errStopping):
+		return last, fmt.Errorf("machine %s is shutting down", name)
+	default:
+		return last, fmt.Errorf("machine %s not running after %s (last state %q): %w", name, timeout, last, errors.Join(err, lastErr))
 	}
 }
 
