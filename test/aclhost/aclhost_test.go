@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/test/buildcache"
 )
 
 const probeUnit = `[Unit]
@@ -221,7 +223,7 @@ func testBoot(t *testing.T, v Variant) {
 // mountOptions returns the per-mount options of the mount at target inside h.
 func mountOptions(t *testing.T, h *Host, target string) string {
 	t.Helper()
-	mps, err := parseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
+	mps, err := buildcache.ParseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +247,7 @@ func assertGone(t *testing.T, h *Host) {
 	if _, err := os.Stat(h.dir); !os.IsNotExist(err) {
 		t.Errorf("temp dir %s still there: %v", h.dir, err)
 	}
-	if mps, _ := mountsBelow(h.dir); len(mps) > 0 {
+	if mps, _ := buildcache.MountsBelow(h.dir); len(mps) > 0 {
 		t.Errorf("still mounted: %v", mps)
 	}
 	if h.cgroups != nil && len(h.cgroups.dirs) > 0 {
@@ -360,9 +362,9 @@ func TestCacheKey(t *testing.T) {
 	if len(k) != 16 || k != CacheKey() {
 		t.Fatalf("CacheKey() = %q, not stable", k)
 	}
-	old := Packages
-	t.Cleanup(func() { Packages = old })
-	Packages = append(append([]string{}, old...), "extra")
+	old := Rootfs
+	t.Cleanup(func() { Rootfs = old })
+	Rootfs.Packages = append(append([]string{}, old.Packages...), "extra")
 	if CacheKey() == k {
 		t.Errorf("CacheKey ignores the package list")
 	}
@@ -487,30 +489,6 @@ func TestHelperServer(t *testing.T) {
 		fmt.Fprint(w, "control plane here")
 	}))
 	_, _ = io.Copy(io.Discard, os.Stdin) // serve until the parent closes stdin
-}
-
-func TestRemoveAllSafeUnmountsFirst(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
-	dir := filepath.Join(t.TempDir(), "partial")
-	mnt := filepath.Join(dir, "rootfs/proc")
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	if err := os.WriteFile(filepath.Join(mnt, "f"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := removeAllSafe(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("%s still there: %v", dir, err)
-	}
 }
 
 func TestUnder(t *testing.T) {

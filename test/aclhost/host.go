@@ -1,5 +1,5 @@
 // Package aclhost boots real systemd hosts for integration tests: a Debian
-// bookworm tree built once with debootstrap (build-rootfs.sh), cached, and
+// bookworm tree built once with debootstrap (test/buildcache), cached, and
 // booted per test with systemd-nspawn on a private overlayfs.
 //
 // The ACL variant is the "ACL-like host" of the design: an Azure Container
@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/test/buildcache"
 )
 
 // Variant selects what kind of host Start boots.
@@ -213,8 +215,8 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (*Host, error) {
 
 	if opts.Prepare != nil {
 		if err := opts.Prepare(h.merged); err != nil {
-			_ = unmount(h.merged)
-			_ = removeAllSafe(h.dir)
+			_ = buildcache.Unmount(h.merged)
+			_ = buildcache.RemoveAllSafe(h.dir)
 			return nil, fmt.Errorf("aclhost: prepare %s: %w", h.name, err)
 		}
 	}
@@ -411,7 +413,7 @@ func (h *Host) waitRunning(ctx context.Context) error {
 }
 
 func (h *Host) consoleTail(n int) string {
-	s, err := tailFile(h.consoleLog(), n)
+	s, err := buildcache.TailFile(h.consoleLog(), n)
 	if err != nil {
 		return ""
 	}
@@ -796,11 +798,25 @@ func (h *Host) stop() error {
 	if err := h.cgroups.remove(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := unmount(h.merged); err != nil {
+	if err := buildcache.Unmount(h.merged); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeAllSafe(h.dir); err != nil {
+	if err := buildcache.RemoveAllSafe(h.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// mountOverlay mounts an overlay at merged. lowers are listed top first.
+func mountOverlay(lowers []string, upper, work, merged string) error {
+	for _, p := range append(append([]string{}, lowers...), upper, work, merged) {
+		if strings.ContainsAny(p, ",:") {
+			return fmt.Errorf("overlay path %q contains ',' or ':'", p)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
+	if err := syscall.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s (%s): %w", merged, opts, err)
+	}
+	return nil
 }
