@@ -192,7 +192,7 @@ func TestMirrorFromAptSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	const deb822 = `Types: deb
-URIs: http://mirror-a.test/debian-security
+URIs: http://security.test/debian
 Suites: bookworm-security
 Components: main
 
