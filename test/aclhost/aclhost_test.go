@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/test/buildcache"
 )
 
 const probeUnit = `[Unit]
@@ -43,9 +45,12 @@ func TestACLHostBoots(t *testing.T) {
 	}
 }
 
+// testBoot boots a host of variant v and checks what every test relies on:
+// a real systemd, /usr read-only exactly on ACL, the variant's identity,
+// files and units put in from outside that work, and a record of what the
+// host wrote that has nothing else in it.
 func testBoot(t *testing.T, v Variant) {
-	ctx := context.Background()
-	h, err := Start(ctx, t, Options{Variant: v})
+	h, err := Start(context.Background(), t, Options{Variant: v})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +59,60 @@ func testBoot(t *testing.T, v Variant) {
 	}
 	t.Logf("start to running took %s", h.BootTime.Round(time.Millisecond))
 
+	checkSystemdIsInit(t, h)
+	checkUsrWritability(t, h)
+	for _, dir := range []string{"/opt", "/etc", "/var/lib"} {
+		p := dir + "/aclhost-writable"
+		h.RunOK(t, "touch", p)
+		h.RunOK(t, "rm", p)
+	}
+	checkIdentity(t, h)
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkNoPlantingUnderUsr(t, h, src)
+
+	usrBefore, etcBefore := snapshot(t, h, "/usr"), snapshot(t, h, "/etc")
+	runProbeUnits(t, h, src)
+	if d := Diff(usrBefore, snapshot(t, h, "/usr")); len(d) > 0 {
+		t.Errorf("/usr changed:\n%s", strings.Join(d, "\n"))
+	}
+	checkEtcDiff(t, Diff(etcBefore, snapshot(t, h, "/etc")),
+		"+ /etc/systemd/system/aclhost-probe.service", "+ /etc/systemd/system/aclhost-probe-oneshot.service")
+	checkChangeSet(t, h)
+
+	start := time.Now()
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stop took %s", time.Since(start).Round(time.Millisecond))
+	assertGone(t, h)
+}
+
+// checkSystemdIsInit: systemd is PID 1, up, and named after the machine.
+func checkSystemdIsInit(t *testing.T, h *Host) {
+	t.Helper()
 	if got := strings.TrimSpace(h.RunOK(t, "cat", "/proc/1/comm")); got != "systemd" {
 		t.Errorf("PID 1 inside is %q, want systemd", got)
 	}
-	state, _, _ := h.Run(ctx, "systemctl", "is-system-running")
+	state, _, _ := h.Run(context.Background(), "systemctl", "is-system-running")
 	if s := strings.TrimSpace(state); s != "running" && s != "degraded" {
 		t.Errorf("systemctl is-system-running = %q", s)
 	}
 	if got := strings.TrimSpace(h.RunOK(t, "hostname")); got != h.Name() {
 		t.Errorf("hostname = %q, want %q", got, h.Name())
 	}
+}
 
+// checkUsrWritability: /usr is a read-only mount on ACL (writes fail with
+// EROFS) and writable on Debian, where the test leaves /usr/local/bin/x
+// behind for checkChangeSet to find.
+func checkUsrWritability(t *testing.T, h *Host) {
+	t.Helper()
 	usrOpts := mountOptions(t, h, "/usr")
-	_, stderr, touchErr := h.Run(ctx, "touch", "/usr/aclhost-probe")
-	switch v {
+	_, stderr, touchErr := h.Run(context.Background(), "touch", "/usr/aclhost-probe")
+	switch h.Variant() {
 	case ACL:
 		if touchErr == nil || !strings.Contains(stderr, "Read-only file system") {
 			t.Errorf("touch /usr/aclhost-probe on ACL: err=%v stderr=%q, want EROFS", touchErr, stderr)
@@ -82,24 +127,25 @@ func testBoot(t *testing.T, v Variant) {
 		h.RunOK(t, "rm", "/usr/aclhost-probe")
 		h.RunOK(t, "touch", "/usr/local/bin/x")
 	}
-	for _, dir := range []string{"/opt", "/etc", "/var/lib"} {
-		p := dir + "/aclhost-writable"
-		h.RunOK(t, "touch", p)
-		h.RunOK(t, "rm", p)
-	}
+}
 
+// checkIdentity: the ACL host says it is Azure Container Linux in both
+// os-release files and has no package manager; the Debian host is Debian
+// with apt and dpkg.
+func checkIdentity(t *testing.T, h *Host) {
+	t.Helper()
 	osRelease := h.RunOK(t, "cat", "/etc/os-release", "/usr/lib/os-release")
-	hasPM := func(bin string) bool {
-		_, _, err := h.Shell(ctx, "command -v "+bin)
+	has := func(bin string) bool {
+		_, _, err := h.Shell(context.Background(), "command -v "+bin)
 		return err == nil
 	}
-	switch v {
+	switch h.Variant() {
 	case ACL:
 		if n := strings.Count(osRelease, "VARIANT_ID=azurecontainerlinux"); n != 2 {
 			t.Errorf("/etc/os-release + /usr/lib/os-release have VARIANT_ID=azurecontainerlinux %d times, want 2:\n%s", n, osRelease)
 		}
 		for _, bin := range []string{"apt-get", "apt", "dpkg"} {
-			if hasPM(bin) {
+			if has(bin) {
 				t.Errorf("%s is present on the ACL host", bin)
 			}
 		}
@@ -107,31 +153,29 @@ func testBoot(t *testing.T, v Variant) {
 		if !strings.Contains(osRelease, "ID=debian") {
 			t.Errorf("Debian os-release:\n%s", osRelease)
 		}
-		if !hasPM("apt-get") || !hasPM("dpkg") {
+		if !has("apt-get") || !has("dpkg") {
 			t.Errorf("apt-get/dpkg missing on the Debian host")
 		}
 	}
+}
 
+// checkNoPlantingUnderUsr: the harness refuses to put files under /usr on
+// any variant, so no test can pass by planting what a real ACL host lacks.
+func checkNoPlantingUnderUsr(t *testing.T, h *Host, src string) {
+	t.Helper()
 	if err := h.WriteFile("/usr/local/bin/planted", []byte("x"), 0o755); err == nil {
 		t.Errorf("WriteFile under /usr succeeded; tests must not plant files there")
-	}
-	src := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(src, []byte("hello\n"), 0o600); err != nil {
-		t.Fatal(err)
 	}
 	if err := h.CopyIn(src, "/usr/lib/x", 0o644); err == nil {
 		t.Errorf("CopyIn under /usr succeeded")
 	}
+}
 
-	usrBefore, err := h.Snapshot("/usr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcBefore, err := h.Snapshot("/etc")
-	if err != nil {
-		t.Fatal(err)
-	}
-
+// runProbeUnits puts two units and a file in from outside, then checks
+// that the file arrived with its mode, that the units verify, load and
+// start for real, and that the journal records them.
+func runProbeUnits(t *testing.T, h *Host, src string) {
+	t.Helper()
 	if err := h.WriteFile("/etc/systemd/system/aclhost-probe.service", []byte(probeUnit), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -155,44 +199,53 @@ func testBoot(t *testing.T, v Variant) {
 	if got := strings.TrimSpace(h.RunOK(t, "cat", "/var/lib/aclhost-probe/ran")); got != "ok" {
 		t.Errorf("oneshot output %q", got)
 	}
-	if j := h.Journal(ctx); !strings.Contains(j, "aclhost probe service") {
+	if j := h.Journal(context.Background()); !strings.Contains(j, "aclhost probe service") {
 		t.Errorf("journal does not mention the probe unit:\n%s", j)
 	}
+}
 
-	usrAfter, err := h.Snapshot("/usr")
+func snapshot(t *testing.T, h *Host, paths ...string) Tree {
+	t.Helper()
+	tree, err := h.Snapshot(paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := Diff(usrBefore, usrAfter); len(d) > 0 {
-		t.Errorf("/usr changed:\n%s", strings.Join(d, "\n"))
+	return tree
+}
+
+// checkEtcDiff: diff (of /etc) holds exactly the want entries, compared by
+// their first two fields ("+ /path").
+func checkEtcDiff(t *testing.T, diff []string, want ...string) {
+	t.Helper()
+	missing := map[string]bool{}
+	for _, w := range want {
+		missing[w] = true
 	}
-	etcAfter, err := h.Snapshot("/etc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantEtc := map[string]bool{
-		"+ /etc/systemd/system/aclhost-probe.service":         true,
-		"+ /etc/systemd/system/aclhost-probe-oneshot.service": true,
-	}
-	for _, d := range Diff(etcBefore, etcAfter) {
+	for _, d := range diff {
 		key := strings.Join(strings.Fields(d)[:2], " ")
-		if !wantEtc[key] {
+		if !missing[key] {
 			t.Errorf("unexpected /etc change: %s", d)
 		}
-		delete(wantEtc, key)
+		delete(missing, key)
 	}
-	for k := range wantEtc {
+	for k := range missing {
 		t.Errorf("missing /etc change: %s", k)
 	}
+}
 
+// checkChangeSet: the overlay records what runProbeUnits wrote and nothing
+// under /usr, except on Debian the file checkUsrWritability left there.
+func checkChangeSet(t *testing.T, h *Host) {
+	t.Helper()
 	changes, err := h.ChangeSet()
 	if err != nil {
 		t.Fatal(err)
 	}
+	debian := h.Variant() == Debian
 	seen := map[string]bool{}
 	for _, c := range changes {
 		seen[c.Path] = true
-		if strings.HasPrefix(c.Path, "/usr/") && !(v == Debian && c.Path == "/usr/local/bin/x") {
+		if strings.HasPrefix(c.Path, "/usr/") && !(debian && c.Path == "/usr/local/bin/x") {
 			t.Errorf("host wrote under /usr: %s", c)
 		}
 	}
@@ -201,7 +254,7 @@ func testBoot(t *testing.T, v Variant) {
 			t.Errorf("Changes() lacks %s", p)
 		}
 	}
-	if v == Debian && !seen["/usr/local/bin/x"] {
+	if debian && !seen["/usr/local/bin/x"] {
 		t.Errorf("Changes() lacks /usr/local/bin/x on Debian")
 	}
 	if t.Failed() {
@@ -209,19 +262,12 @@ func testBoot(t *testing.T, v Variant) {
 			t.Log(c)
 		}
 	}
-
-	start := time.Now()
-	if err := h.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stop took %s", time.Since(start).Round(time.Millisecond))
-	assertGone(t, h)
 }
 
 // mountOptions returns the per-mount options of the mount at target inside h.
 func mountOptions(t *testing.T, h *Host, target string) string {
 	t.Helper()
-	mps, err := parseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
+	mps, err := buildcache.ParseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +291,7 @@ func assertGone(t *testing.T, h *Host) {
 	if _, err := os.Stat(h.dir); !os.IsNotExist(err) {
 		t.Errorf("temp dir %s still there: %v", h.dir, err)
 	}
-	if mps, _ := mountsBelow(h.dir); len(mps) > 0 {
+	if mps, _ := buildcache.MountsBelow(h.dir); len(mps) > 0 {
 		t.Errorf("still mounted: %v", mps)
 	}
 	if h.cgroups != nil && len(h.cgroups.dirs) > 0 {
@@ -360,9 +406,9 @@ func TestCacheKey(t *testing.T) {
 	if len(k) != 16 || k != CacheKey() {
 		t.Fatalf("CacheKey() = %q, not stable", k)
 	}
-	old := Packages
-	t.Cleanup(func() { Packages = old })
-	Packages = append(append([]string{}, old...), "extra")
+	old := Rootfs
+	t.Cleanup(func() { Rootfs = old })
+	Rootfs.Packages = append(append([]string{}, old.Packages...), "extra")
 	if CacheKey() == k {
 		t.Errorf("CacheKey ignores the package list")
 	}
@@ -487,30 +533,6 @@ func TestHelperServer(t *testing.T) {
 		fmt.Fprint(w, "control plane here")
 	}))
 	_, _ = io.Copy(io.Discard, os.Stdin) // serve until the parent closes stdin
-}
-
-func TestRemoveAllSafeUnmountsFirst(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
-	dir := filepath.Join(t.TempDir(), "partial")
-	mnt := filepath.Join(dir, "rootfs/proc")
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	if err := os.WriteFile(filepath.Join(mnt, "f"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := removeAllSafe(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("%s still there: %v", dir, err)
-	}
 }
 
 func TestUnder(t *testing.T) {

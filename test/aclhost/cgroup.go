@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/Azure/aks-flex-node/test/buildcache"
 )
 
 // hostCgroups are the cgroups one test host runs in, one per mounted
@@ -64,7 +66,7 @@ func selfCgroups() ([]cgroupLine, error) {
 }
 
 // hierarchyMount finds where the hierarchy of l is mounted.
-func hierarchyMount(mps []mountPoint, l cgroupLine) string {
+func hierarchyMount(mps []buildcache.Mount, l cgroupLine) string {
 	for _, m := range mps {
 		if len(l.controllers) == 0 {
 			if m.FSType == "cgroup2" {
@@ -98,7 +100,7 @@ func newHostCgroups(name string, logf func(string, ...any)) (*hostCgroups, error
 	if err != nil {
 		return nil, err
 	}
-	mps, err := readMountInfo("/proc/self/mountinfo")
+	mps, err := buildcache.ReadMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

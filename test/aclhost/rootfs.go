@@ -2,67 +2,45 @@ package aclhost
 
 import (
 	"context"
-	"crypto/sha256"
-	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
-)
 
-// buildScript is build-rootfs.sh; embedding it means the cache key and the
-// build always use the script this package was compiled with, wherever the
-// test binary runs from.
-//
-//go:embed build-rootfs.sh
-var buildScript []byte
+	"github.com/Azure/aks-flex-node/test/buildcache"
+)
 
 // RootfsVersion is part of the cache key. Bump it when what this package
 // derives from the built tree (the ACL layer, the layout of a cache entry)
 // changes, so that stale caches are rebuilt instead of reused.
 const RootfsVersion = "aclhost-v1"
 
-// Packages are the Debian packages build-rootfs.sh installs on top of
-// debootstrap's minbase. They are part of the cache key.
-var Packages = []string{
-	"systemd", "systemd-sysv", "dbus", "systemd-container",
-	"iproute2", "util-linux", "mount", "kmod", "procps",
-	"iptables", "nftables", "ca-certificates", "curl", "coreutils",
+// Rootfs is the Debian tree both variants boot: a minimal systemd host. The
+// ACL specifics (os-release, no package manager, read-only /usr) are layered
+// on per variant, so one build serves both. It is part of the cache key.
+var Rootfs = buildcache.Rootfs{
+	Packages: []string{
+		"systemd", "systemd-sysv", "dbus", "systemd-container",
+		"iproute2", "util-linux", "mount", "kmod", "procps",
+		"iptables", "nftables", "ca-certificates", "curl", "coreutils",
+	},
+	// It would clean /tmp and /var/tmp while a test compares trees.
+	Mask: []string{"systemd-tmpfiles-clean.timer"},
 }
 
-// EnvCache names the cache directory; EnvArtifacts the directory failing
-// tests dump journals to; EnvE2E must be "1" for tests that boot hosts to run.
+// EnvArtifacts names the directory failing tests dump journals to; EnvE2E
+// must be "1" for tests that boot hosts to run.
 const (
-	EnvCache     = "AKS_FLEX_NODE_TEST_CACHE"
 	EnvArtifacts = "AKS_FLEX_NODE_TEST_ARTIFACTS"
 	EnvE2E       = "AKS_FLEX_NODE_E2E"
 )
 
-// DefaultCacheDir is used when EnvCache is unset.
-const DefaultCacheDir = "/var/cache/aks-flex-node-test"
-
-// CacheDir returns the directory the built root file systems are cached in.
-func CacheDir() string {
-	if d := os.Getenv(EnvCache); d != "" {
-		return d
-	}
-	return DefaultCacheDir
-}
-
 // CacheKey is the content key of the rootfs this package builds.
 func CacheKey() string {
-	h := sha256.New()
-	fmt.Fprintf(h, "version=%s\n", RootfsVersion)
-	fmt.Fprintf(h, "packages=%s\n", strings.Join(Packages, ","))
-	h.Write(buildScript)
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	return Rootfs.AddTo(buildcache.NewKey().Add("version", RootfsVersion)).Sum()
 }
 
 // cacheEntry is one built rootfs in the cache:
@@ -70,14 +48,10 @@ func CacheKey() string {
 //	<cache>/rootfs-<key>/rootfs     the debootstrapped tree (shared lower layer)
 //	<cache>/rootfs-<key>/acl        the ACL layer stacked above it
 //	<cache>/rootfs-<key>/build.log  output of the build
-//	<cache>/rootfs-<key>/complete   written last; absent means rebuild
-type cacheEntry struct {
-	Dir string
-}
+type cacheEntry struct{ buildcache.Entry }
 
-func (c cacheEntry) Rootfs() string   { return filepath.Join(c.Dir, "rootfs") }
-func (c cacheEntry) ACLLayer() string { return filepath.Join(c.Dir, "acl") }
-func (c cacheEntry) marker() string   { return filepath.Join(c.Dir, "complete") }
+func (c cacheEntry) Rootfs() string   { return c.Path("rootfs") }
+func (c cacheEntry) ACLLayer() string { return c.Path("acl") }
 
 // lowers returns the overlay lower layers for v, top first.
 func (c cacheEntry) lowers(v Variant) []string {
@@ -102,155 +76,28 @@ func EnsureRootfs(ctx context.Context) (string, error) {
 
 // ensureCache returns the cache entry and how long a build took (0 when the
 // cache was warm).
-func ensureCache(ctx context.Context, logf func(string, ...any)) (cacheEntry, time.Duration, error) {
-	base := CacheDir()
-	c := cacheEntry{Dir: filepath.Join(base, "rootfs-"+CacheKey())}
-	if _, err := os.Stat(c.marker()); err == nil {
-		return c, 0, nil
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return c, 0, fmt.Errorf("rootfs cache: %w", err)
-	}
-	lock, err := os.OpenFile(c.Dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return c, 0, fmt.Errorf("rootfs cache: %w", err)
-	}
-	defer lock.Close()
-	if err := flockContext(ctx, lock, logf); err != nil {
-		return c, 0, fmt.Errorf("rootfs cache: lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing releases it anyway
-
-	if _, err := os.Stat(c.marker()); err == nil {
-		return c, 0, nil // built by whoever held the lock
-	}
+func ensureCache(ctx context.Context, logf buildcache.Logf) (cacheEntry, time.Duration, error) {
 	start := time.Now()
-	logf("building rootfs %s (cold cache, takes a few minutes); log: %s", c.Dir, filepath.Join(c.Dir, "build.log"))
-	if err := build(ctx, c, logf); err != nil {
-		return c, 0, err
-	}
-	d := time.Since(start)
-	logf("rootfs built in %s", d.Round(time.Second))
-	return c, d, nil
-}
-
-func flockContext(ctx context.Context, f *os.File, logf func(string, ...any)) error {
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+	e, built, err := buildcache.Ensure(ctx, logf, buildcache.Dir(), "rootfs-"+CacheKey(), func(dir string) error {
+		c := cacheEntry{buildcache.Entry{Dir: dir}}
+		logf.Printf("building rootfs %s (cold cache, takes a few minutes); log: %s", dir, c.Path("build.log"))
+		if err := Rootfs.Debootstrap(ctx, logf, c.Rootfs(), c.Path("build.log")); err != nil {
 			return err
 		}
-		if !logged {
-			logf("waiting for another build of %s", f.Name())
-			logged = true
+		if err := buildACLLayer(c); err != nil {
+			return fmt.Errorf("build rootfs: ACL layer: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func build(ctx context.Context, c cacheEntry, logf func(string, ...any)) error {
-	// Whatever is there is the remains of an interrupted build.
-	if err := removeAllSafe(c.Dir); err != nil {
-		return fmt.Errorf("rootfs cache: clean partial build: %w", err)
-	}
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
-		return err
-	}
-	script := filepath.Join(c.Dir, "build-rootfs.sh")
-	if err := os.WriteFile(script, buildScript, 0o755); err != nil {
-		return err
-	}
-	logFile, err := os.Create(filepath.Join(c.Dir, "build.log"))
+		return nil
+	})
 	if err != nil {
-		return err
+		return cacheEntry{}, 0, fmt.Errorf("rootfs: %w", err)
 	}
-	defer logFile.Close()
-
-	cmd := exec.CommandContext(ctx, "/bin/bash", script, c.Rootfs())
-	cmd.Env = append(os.Environ(), "ACLHOST_PACKAGES="+strings.Join(Packages, ","))
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	progress := make(chan struct{})
-	go func() {
-		defer close(progress)
-		copyWithProgress(logFile, pr, logf)
-	}()
-	err = cmd.Run()
-	pw.Close()
-	<-progress
-	if err != nil {
-		tail, _ := tailFile(logFile.Name(), 30)
-		return fmt.Errorf("build rootfs: %s: %w\n%s", script, err, tail)
+	if !built {
+		return cacheEntry{e}, 0, nil
 	}
-	if err := buildACLLayer(c); err != nil {
-		return fmt.Errorf("build rootfs: ACL layer: %w", err)
-	}
-	if err := os.WriteFile(c.marker(), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return err
-	}
-	return syncDir(c.Dir)
-}
-
-// copyWithProgress copies the build output to the log and reports the
-// debootstrap stage lines, roughly one a few seconds, so a cold build does
-// not look hung.
-func copyWithProgress(w io.Writer, r io.Reader, logf func(string, ...any)) {
-	buf := make([]byte, 32*1024)
-	var line []byte
-	last := time.Time{}
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			w.Write(buf[:n]) //nolint:errcheck // best effort log
-			for _, b := range buf[:n] {
-				if b != '\n' {
-					line = append(line, b)
-					continue
-				}
-				s := string(line)
-				line = line[:0]
-				if strings.HasPrefix(s, "build-rootfs:") || time.Since(last) > 15*time.Second {
-					logf("  %s", s)
-					last = time.Now()
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func tailFile(path string, n int) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n"), nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	d := time.Since(start)
+	logf.Printf("rootfs built in %s", d.Round(time.Second))
+	return cacheEntry{e}, d, nil
 }
 
 // ACLOSRelease is the os-release of the ACL variant, written to both
@@ -294,22 +141,8 @@ func buildACLLayer(c cacheEntry) error {
 		}
 	}
 	for _, pattern := range aclRemoved {
-		matches, err := filepath.Glob(filepath.Join(c.Rootfs(), pattern))
-		if err != nil {
+		if err := whiteOut(c.Rootfs(), layer, pattern); err != nil {
 			return err
-		}
-		for _, m := range matches {
-			rel, err := filepath.Rel(c.Rootfs(), m)
-			if err != nil {
-				return err
-			}
-			dst := filepath.Join(layer, rel)
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
-			}
-			if err := syscall.Mknod(dst, syscall.S_IFCHR|0o000, 0); err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("whiteout %s: %w", dst, err)
-			}
 		}
 	}
 	// Directories created above must carry the modes of the tree below, or
@@ -325,4 +158,27 @@ func buildACLLayer(c cacheEntry) error {
 		}
 		return os.Chmod(p, st.Mode().Perm())
 	})
+}
+
+// whiteOut puts a whiteout into layer for every path of rootfs that
+// pattern matches.
+func whiteOut(rootfs, layer, pattern string) error {
+	matches, err := filepath.Glob(filepath.Join(rootfs, pattern))
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		rel, err := filepath.Rel(rootfs, m)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(layer, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mknod(dst, syscall.S_IFCHR|0o000, 0); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("whiteout %s: %w", dst, err)
+		}
+	}
+	return nil
 }

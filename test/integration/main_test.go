@@ -3,9 +3,7 @@
 package integration
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +11,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
 // agentBinary is built once per test run, stamped like a release build;
@@ -69,12 +69,11 @@ func buildAgentWith(out, version, tags, ldflags string) error {
 
 func fileSHA256(t *testing.T, p string) string {
 	t.Helper()
-	b, err := os.ReadFile(p)
+	sum, _, err := fsutil.FileSHA256(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return sum
 }
 
 // testConfig is a valid config that points at loopback inside the host's

@@ -177,85 +177,130 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// startPlan is what start decides before it runs anything: ports,
+// addresses, the PKI and the components' kubeconfigs.
+type startPlan struct {
+	advertise                             string // the address nodes dial
+	apiPort, etcdClientPort, etcdPeerPort int
+	kcmPort, schedPort                    int
+	pki                                   *pki
+	kcmKubeconfig, schedKubeconfig        string
+}
+
+func (pl *startPlan) etcdURL() string { return "http://127.0.0.1:" + strconv.Itoa(pl.etcdClientPort) }
+
 func (c *ControlPlane) start(ctx context.Context, opts *Options) error {
+	pl, err := c.plan(opts)
+	if err != nil {
+		return err
+	}
+	if err := c.startEtcd(ctx, opts, pl); err != nil {
+		return err
+	}
+	if err := c.startAPIServer(ctx, opts, pl); err != nil {
+		return err
+	}
+	// Bootstrap token and RBAC before the controller-manager starts, so its
+	// bootstrapsigner signs cluster-info on its first pass.
+	t := time.Now()
+	if c.TokenID, c.TokenSecret, err = newBootstrapToken(); err != nil {
+		return fmt.Errorf("bootstrap token: %w", err)
+	}
+	c.Token = c.TokenID + "." + c.TokenSecret
+	steps, err := bootstrapObjects(c.TokenID, c.TokenSecret, c.Server, c.CAPEM, opts.TokenTTL)
+	if err != nil {
+		return err
+	}
+	if err := createBootstrapObjects(ctx, c.Client, steps); err != nil {
+		return fmt.Errorf("bootstrap objects: %w", err)
+	}
+	c.Timings.Bootstrap = time.Since(t)
+	return c.startControllers(ctx, opts, pl)
+}
+
+// plan picks ports and addresses, writes the PKI and the kubeconfigs, and
+// makes the admin client. Nothing runs yet: a failure here leaves no
+// process behind.
+func (c *ControlPlane) plan(opts *Options) (*startPlan, error) {
 	for _, d := range []string{c.WorkDir, c.LogsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
-
 	// The local address is loopback when the apiserver listens everywhere.
 	localHost := opts.BindAddress
 	if ip := net.ParseIP(localHost); ip.IsUnspecified() {
 		localHost = "127.0.0.1"
 	}
-	advertise := opts.AdvertiseAddress
-	if advertise == "" {
-		advertise = localHost
+	pl := &startPlan{advertise: opts.AdvertiseAddress}
+	if pl.advertise == "" {
+		pl.advertise = localHost
 	}
-
 	ports, err := freePorts(localHost, "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1")
 	if err != nil {
-		return fmt.Errorf("choose ports: %w", err)
+		return nil, fmt.Errorf("choose ports: %w", err)
 	}
-	apiPort, etcdClientPort, etcdPeerPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	c.LocalServer = "https://" + net.JoinHostPort(localHost, strconv.Itoa(apiPort))
-	c.Server = "https://" + net.JoinHostPort(advertise, strconv.Itoa(apiPort))
+	pl.apiPort, pl.etcdClientPort, pl.etcdPeerPort, pl.kcmPort, pl.schedPort = ports[0], ports[1], ports[2], ports[3], ports[4]
+	c.LocalServer = "https://" + net.JoinHostPort(localHost, strconv.Itoa(pl.apiPort))
+	c.Server = "https://" + net.JoinHostPort(pl.advertise, strconv.Itoa(pl.apiPort))
 
 	t := time.Now()
-	p, err := newPKI(filepath.Join(c.WorkDir, "pki"), net.ParseIP(opts.AdvertiseAddress))
-	if err != nil {
-		return fmt.Errorf("pki: %w", err)
+	if pl.pki, err = newPKI(filepath.Join(c.WorkDir, "pki"), net.ParseIP(opts.AdvertiseAddress)); err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
 	}
-	c.CAPEM, c.CAFile, c.CAKeyFile = p.ca.certPEM, p.caFile, p.caKeyFile
+	c.CAPEM, c.CAFile, c.CAKeyFile = pl.pki.ca.certPEM, pl.pki.caFile, pl.pki.caKeyFile
 	c.Timings.PKI = time.Since(t)
 
-	// Kubeconfigs first: a failure here should not leave processes behind.
 	c.AdminKubeconfig = filepath.Join(c.WorkDir, "admin.kubeconfig")
-	kcmKubeconfig := filepath.Join(c.WorkDir, "controller-manager.kubeconfig")
-	schedKubeconfig := filepath.Join(c.WorkDir, "scheduler.kubeconfig")
-	for file, kp := range map[string]*keyPair{c.AdminKubeconfig: p.admin, kcmKubeconfig: p.controllerManager, schedKubeconfig: p.scheduler} {
-		if err := writeKubeconfig(file, c.LocalServer, p.ca.certPEM, kp); err != nil {
-			return err
+	pl.kcmKubeconfig = filepath.Join(c.WorkDir, "controller-manager.kubeconfig")
+	pl.schedKubeconfig = filepath.Join(c.WorkDir, "scheduler.kubeconfig")
+	for file, kp := range map[string]*keyPair{c.AdminKubeconfig: pl.pki.admin, pl.kcmKubeconfig: pl.pki.controllerManager, pl.schedKubeconfig: pl.pki.scheduler} {
+		if err := writeKubeconfig(file, c.LocalServer, pl.pki.ca.certPEM, kp); err != nil {
+			return nil, err
 		}
 	}
 	if c.AdminConfig, err = clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig); err != nil {
-		return fmt.Errorf("load %s: %w", c.AdminKubeconfig, err)
+		return nil, fmt.Errorf("load %s: %w", c.AdminKubeconfig, err)
 	}
 	if c.Client, err = kubernetes.NewForConfig(c.AdminConfig); err != nil {
-		return err
+		return nil, err
 	}
+	return pl, nil
+}
 
-	// etcd
-	t = time.Now()
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClientPort)
+// startEtcd runs etcd and waits until it is healthy.
+func (c *ControlPlane) startEtcd(ctx context.Context, opts *Options, pl *startPlan) error {
+	t := time.Now()
 	etcd, err := c.run(opts, "etcd", []string{
 		"--data-dir=" + filepath.Join(c.WorkDir, "etcd"),
-		"--listen-client-url=" + etcdURL,
-		"--listen-peer-url=http://127.0.0.1:" + strconv.Itoa(etcdPeerPort),
+		"--listen-client-url=" + pl.etcdURL(),
+		"--listen-peer-url=http://127.0.0.1:" + strconv.Itoa(pl.etcdPeerPort),
 	})
 	if err != nil {
 		return err
 	}
-	if err := etcd.waitFor(ctx, "etcd health", httpCheck(http.DefaultClient, etcdURL+"/health", `"health":"true"`)); err != nil {
+	if err := etcd.waitFor(ctx, "etcd health", httpCheck(http.DefaultClient, pl.etcdURL()+"/health", `"health":"true"`)); err != nil {
 		return err
 	}
 	c.Timings.Etcd = time.Since(t)
-	opts.Logf("controlplane: etcd ready in %s at %s", c.Timings.Etcd.Round(time.Millisecond), etcdURL)
+	opts.Logf("controlplane: etcd ready in %s at %s", c.Timings.Etcd.Round(time.Millisecond), pl.etcdURL())
+	return nil
+}
 
-	// kube-apiserver
-	t = time.Now()
+// startAPIServer runs kube-apiserver and waits until /readyz is ok.
+func (c *ControlPlane) startAPIServer(ctx context.Context, opts *Options, pl *startPlan) error {
+	t := time.Now()
 	apiserver, err := c.run(opts, "kube-apiserver", []string{
-		"--etcd-servers=" + etcdURL,
+		"--etcd-servers=" + pl.etcdURL(),
 		"--bind-address=" + opts.BindAddress,
-		"--advertise-address=" + advertise,
-		"--secure-port=" + strconv.Itoa(apiPort),
+		"--advertise-address=" + pl.advertise,
+		"--secure-port=" + strconv.Itoa(pl.apiPort),
 		"--cert-dir=" + filepath.Join(c.WorkDir, "apiserver"),
-		"--tls-cert-file=" + p.apiserverCert,
-		"--tls-private-key-file=" + p.apiserverKey,
-		"--client-ca-file=" + p.caFile,
-		"--kubelet-client-certificate=" + p.kubeletClientCert,
-		"--kubelet-client-key=" + p.kubeletClientKey,
+		"--tls-cert-file=" + pl.pki.apiserverCert,
+		"--tls-private-key-file=" + pl.pki.apiserverKey,
+		"--client-ca-file=" + pl.pki.caFile,
+		"--kubelet-client-certificate=" + pl.pki.kubeletClientCert,
+		"--kubelet-client-key=" + pl.pki.kubeletClientKey,
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--enable-bootstrap-token-auth=true",
 		"--authorization-mode=Node,RBAC",
@@ -263,15 +308,15 @@ func (c *ControlPlane) start(ctx context.Context, opts *Options) error {
 		"--allow-privileged=true",
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + p.saPubFile,
-		"--service-account-signing-key-file=" + p.saKeyFile,
-		"--requestheader-client-ca-file=" + p.frontProxyCAFile,
+		"--service-account-key-file=" + pl.pki.saPubFile,
+		"--service-account-signing-key-file=" + pl.pki.saKeyFile,
+		"--requestheader-client-ca-file=" + pl.pki.frontProxyCAFile,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + p.frontProxyClientCert,
-		"--proxy-client-key-file=" + p.frontProxyClientKey,
+		"--proxy-client-cert-file=" + pl.pki.frontProxyClientCert,
+		"--proxy-client-key-file=" + pl.pki.frontProxyClientKey,
 		"--profiling=false",
 	})
 	if err != nil {
@@ -286,54 +331,42 @@ func (c *ControlPlane) start(ctx context.Context, opts *Options) error {
 	}
 	c.Timings.APIServer = time.Since(t)
 	opts.Logf("controlplane: kube-apiserver ready in %s at %s", c.Timings.APIServer.Round(time.Millisecond), c.LocalServer)
+	return nil
+}
 
-	// Bootstrap token and RBAC before the controller-manager starts, so its
-	// bootstrapsigner signs cluster-info on its first pass.
-	t = time.Now()
-	if c.TokenID, c.TokenSecret, err = newBootstrapToken(); err != nil {
-		return fmt.Errorf("bootstrap token: %w", err)
-	}
-	c.Token = c.TokenID + "." + c.TokenSecret
-	steps, err := bootstrapObjects(c.TokenID, c.TokenSecret, c.Server, c.CAPEM, opts.TokenTTL)
-	if err != nil {
-		return err
-	}
-	if err := createBootstrapObjects(ctx, c.Client, steps); err != nil {
-		return fmt.Errorf("bootstrap objects: %w", err)
-	}
-	c.Timings.Bootstrap = time.Since(t)
-
-	// kube-controller-manager and kube-scheduler start together.
-	t = time.Now()
+// startControllers runs kube-controller-manager and kube-scheduler
+// together and waits until both are healthy.
+func (c *ControlPlane) startControllers(ctx context.Context, opts *Options, pl *startPlan) error {
+	t := time.Now()
 	kcm, err := c.run(opts, "kube-controller-manager", []string{
-		"--kubeconfig=" + kcmKubeconfig,
-		"--authentication-kubeconfig=" + kcmKubeconfig,
-		"--authorization-kubeconfig=" + kcmKubeconfig,
+		"--kubeconfig=" + pl.kcmKubeconfig,
+		"--authentication-kubeconfig=" + pl.kcmKubeconfig,
+		"--authorization-kubeconfig=" + pl.kcmKubeconfig,
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(kcmPort),
+		"--secure-port=" + strconv.Itoa(pl.kcmPort),
 		"--cert-dir=" + filepath.Join(c.WorkDir, "controller-manager"),
 		"--leader-elect=false",
 		"--controllers=*,bootstrapsigner,tokencleaner",
 		"--use-service-account-credentials=true",
-		"--cluster-signing-cert-file=" + p.caFile,
-		"--cluster-signing-key-file=" + p.caKeyFile,
-		"--root-ca-file=" + p.caFile,
-		"--service-account-private-key-file=" + p.saKeyFile,
+		"--cluster-signing-cert-file=" + pl.pki.caFile,
+		"--cluster-signing-key-file=" + pl.pki.caKeyFile,
+		"--root-ca-file=" + pl.pki.caFile,
+		"--service-account-private-key-file=" + pl.pki.saKeyFile,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allocate-node-cidrs=true",
 		"--cluster-cidr=" + PodCIDR,
-		"--requestheader-client-ca-file=" + p.frontProxyCAFile,
+		"--requestheader-client-ca-file=" + pl.pki.frontProxyCAFile,
 		"--profiling=false",
 	})
 	if err != nil {
 		return err
 	}
 	sched, err := c.run(opts, "kube-scheduler", []string{
-		"--kubeconfig=" + schedKubeconfig,
-		"--authentication-kubeconfig=" + schedKubeconfig,
-		"--authorization-kubeconfig=" + schedKubeconfig,
+		"--kubeconfig=" + pl.schedKubeconfig,
+		"--authentication-kubeconfig=" + pl.schedKubeconfig,
+		"--authorization-kubeconfig=" + pl.schedKubeconfig,
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedPort),
+		"--secure-port=" + strconv.Itoa(pl.schedPort),
 		"--leader-elect=false",
 		"--profiling=false",
 	})
@@ -347,12 +380,12 @@ func (c *ControlPlane) start(ctx context.Context, opts *Options) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		kcmErr = kcm.waitFor(ctx, "kube-controller-manager /healthz", httpCheck(insecure, "https://127.0.0.1:"+strconv.Itoa(kcmPort)+"/healthz", "ok"))
+		kcmErr = kcm.waitFor(ctx, "kube-controller-manager /healthz", httpCheck(insecure, "https://127.0.0.1:"+strconv.Itoa(pl.kcmPort)+"/healthz", "ok"))
 		c.Timings.ControllerManager = time.Since(t)
 	}()
 	go func() {
 		defer wg.Done()
-		schedErr = sched.waitFor(ctx, "kube-scheduler /healthz", httpCheck(insecure, "https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz", "ok"))
+		schedErr = sched.waitFor(ctx, "kube-scheduler /healthz", httpCheck(insecure, "https://127.0.0.1:"+strconv.Itoa(pl.schedPort)+"/healthz", "ok"))
 		c.Timings.Scheduler = time.Since(t)
 	}()
 	wg.Wait()

@@ -80,6 +80,10 @@ func startControlPlane(t *testing.T, ctx context.Context, opts controlplane.Opti
 	return cp
 }
 
+// TestControlPlaneBootstrapToken joins as kubeadm's token bootstrap does:
+// the token authenticates in the bootstrap groups, a node CSR made with it
+// is approved and signed, the certificate authenticates as the node, and
+// cluster-info is signed with the token for discovery.
 func TestControlPlaneBootstrapToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -88,6 +92,19 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 	t.Logf("timings: etcd %s, kube-apiserver %s, start total %s",
 		cp.Timings.Etcd.Round(time.Millisecond), cp.Timings.APIServer.Round(time.Millisecond), cp.Timings.Total.Round(time.Millisecond))
 
+	checkServing(ctx, t, cp)
+	bootstrap := kubernetes.NewForConfigOrDie(cp.BootstrapConfig())
+	checkBootstrapTokenUser(ctx, t, cp, bootstrap)
+	const nodeName = "test-node"
+	key, issued := tlsBootstrap(ctx, t, cp, bootstrap, nodeName)
+	checkNodeCertificate(ctx, t, cp, key, issued, nodeName)
+	checkClusterInfoSigned(ctx, t, cp)
+	t.Logf("test total %s", time.Since(begin).Round(time.Millisecond))
+}
+
+// checkServing: the apiserver is ready and says it is 1.35, which it only
+// does when build-k8s.sh stamped the version.
+func checkServing(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane) {
 	body, err := cp.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil || string(body) != "ok" {
 		t.Fatalf("/readyz = %q, %v", body, err)
@@ -100,9 +117,11 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 	if v.Major != "1" || v.Minor != "35" {
 		t.Errorf("server version %s (major %q minor %q), want 1.35: build-k8s.sh ldflags not applied", v.GitVersion, v.Major, v.Minor)
 	}
+}
 
-	// Who the bootstrap token is, as the apiserver sees it.
-	bootstrap := kubernetes.NewForConfigOrDie(cp.BootstrapConfig())
+// checkBootstrapTokenUser: who the bootstrap token is, as the apiserver
+// sees it.
+func checkBootstrapTokenUser(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, bootstrap kubernetes.Interface) {
 	review, err := bootstrap.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("self subject review with the bootstrap token: %v", err)
@@ -116,10 +135,12 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 			t.Errorf("bootstrap token groups %v lack %s", user.Groups, g)
 		}
 	}
+}
 
-	// TLS bootstrap as the kubelet does it: a CSR for system:node:<name>,
-	// auto-approved and signed by the controller-manager.
-	const nodeName = "test-node"
+// tlsBootstrap does what the kubelet does with the bootstrap token: a CSR
+// for system:node:<nodeName>, which the controller-manager must approve and
+// sign with the cluster CA. It returns the key and the issued certificate.
+func tlsBootstrap(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, bootstrap kubernetes.Interface, nodeName string) (*ecdsa.PrivateKey, []byte) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -140,26 +161,7 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 		t.Fatalf("create CSR with the bootstrap token: %v", err)
 	}
 	csrStart := time.Now()
-	var issued []byte
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := bootstrap.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed {
-				t.Fatalf("CSR %s %s: %s: %s", csr.Name, c.Type, c.Reason, c.Message)
-			}
-		}
-		approved := slices.ContainsFunc(got.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
-			return c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue
-		})
-		issued = got.Status.Certificate
-		return approved && len(issued) > 0, nil
-	})
-	if err != nil {
-		t.Fatalf("CSR %s not approved and issued: %v", csr.Name, err)
-	}
+	issued := waitIssued(ctx, t, bootstrap, csr.Name)
 	t.Logf("CSR %s approved and issued in %s", csr.Name, time.Since(csrStart).Round(time.Millisecond))
 
 	certs, err := certutil.ParseCertsPEM(issued)
@@ -173,8 +175,37 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("issued certificate does not chain to the cluster CA: %v", err)
 	}
+	return key, issued
+}
 
-	// The issued certificate authenticates as the node.
+// waitIssued waits until CSR name is approved and has a certificate, and
+// returns it; a denied or failed CSR ends the test.
+func waitIssued(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) []byte {
+	var issued []byte
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed {
+				t.Fatalf("CSR %s %s: %s: %s", name, c.Type, c.Reason, c.Message)
+			}
+		}
+		approved := slices.ContainsFunc(got.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
+			return c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue
+		})
+		issued = got.Status.Certificate
+		return approved && len(issued) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("CSR %s not approved and issued: %v", name, err)
+	}
+	return issued
+}
+
+// checkNodeCertificate: the issued certificate authenticates as the node.
+func checkNodeCertificate(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, key *ecdsa.PrivateKey, issued []byte, nodeName string) {
 	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
 	if err != nil {
 		t.Fatal(err)
@@ -183,20 +214,23 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 		Host:            cp.LocalServer,
 		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAPEM, CertData: issued, KeyData: keyPEM},
 	})
-	review, err = nodeClient.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	review, err := nodeClient.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("self subject review with the issued certificate: %v", err)
 	}
 	if u := review.Status.UserInfo; u.Username != "system:node:"+nodeName || !slices.Contains(u.Groups, "system:nodes") {
 		t.Errorf("issued certificate authenticates as %q %v, want system:node:%s in system:nodes", u.Username, u.Groups, nodeName)
 	}
+}
 
-	// Token discovery: the bootstrapsigner signs cluster-info with the
-	// token, and anonymous clients may read it.
+// checkClusterInfoSigned: token discovery. The bootstrapsigner signs
+// cluster-info with the token, and anonymous clients may read it.
+func checkClusterInfoSigned(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane) {
 	anonymous := kubernetes.NewForConfigOrDie(&rest.Config{Host: cp.LocalServer, TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAPEM}})
 	sigKey := bootstrapapi.JWSSignatureKeyPrefix + cp.TokenID
 	var info *corev1.ConfigMap
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
 		info, err = anonymous.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -210,7 +244,6 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 	if !jws.DetachedTokenIsValid(info.Data[sigKey], info.Data[bootstrapapi.KubeConfigKey], cp.TokenID, cp.TokenSecret) {
 		t.Errorf("cluster-info %s does not verify with the token secret", sigKey)
 	}
-	t.Logf("test total %s", time.Since(begin).Round(time.Millisecond))
 }
 
 // inNetnsEnv marks the re-executed test binary running in its own network

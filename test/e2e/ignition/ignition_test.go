@@ -62,7 +62,47 @@ func buildAgent(t *testing.T, out string) {
 	}
 }
 
+// firstBoot is one run of the scenario: the cluster it joins, the agent
+// and configs it renders, and the host once it booted.
+type firstBoot struct {
+	ctx       context.Context
+	cp        *controlplane.ControlPlane
+	link      *netlab.Link
+	layoutDir string
+	bundle    string
+	manifest  fixtures.Manifest
+	dist      string // the agent, its config and the rendered Ignition configs
+	agent     string
+	ign       string // the full config, with the agent embedded
+	imdsURL   string
+	imdsHits  *atomic.Int32
+	h         *aclhost.Host
+
+	renderTime, ignitionTime, bootToJoined, readyAfter time.Duration
+}
+
 func TestIgnitionFirstBootJoin(t *testing.T) {
+	requireRealIgnition(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	f := &firstBoot{ctx: ctx}
+	f.startCluster(t)
+	f.renderIgnition(t)
+
+	// The host boots from a root only Ignition has touched; from here on
+	// the test only looks until the first boot has joined.
+	f.bootProvisioned(t)
+	f.checkFirstBootJoined(t)
+	t.Logf("BENCH ignition-files-stage=%v boot-to-running(joined)=%v boot-to-node-ready=%v", f.ignitionTime.Round(time.Millisecond), f.bootToJoined.Round(time.Millisecond), f.readyAfter.Round(time.Millisecond))
+
+	f.checkSecondBootSkips(t)
+	f.checkResetJoinsAgainOnNextBoot(t)
+	f.checkUninstallRemovesFirstBootUnit(t)
+}
+
+// requireRealIgnition fails unless Debian's Ignition and what it runs are
+// installed.
+func requireRealIgnition(t *testing.T) {
 	aclhost.RequireE2E(t)
 	if _, err := os.Stat(ignitionBinary); err != nil {
 		t.Fatalf("the real Ignition is needed: %v (apt-get install ignition; scripts/ci-deps.sh does)", err)
@@ -72,23 +112,24 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 	if _, err := exec.LookPath("setfiles"); err != nil {
 		t.Fatalf("setfiles is needed by Debian's Ignition: %v (apt-get install policycoreutils; scripts/ci-deps.sh does)", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+}
 
+// startCluster gets the fixtures and starts a control plane on a private
+// link for the host to join.
+func (f *firstBoot) startCluster(t *testing.T) {
 	binDir, err := controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	layoutDir, _, err := fixtures.WorkerImage(ctx, t.Logf)
+	if f.layoutDir, _, err = fixtures.WorkerImage(f.ctx, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	f.bundle, f.manifest, err = fixtures.Bundle(f.ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: "1.35.4"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundle, manifest, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: "1.35.4"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := netlab.New(t)
-	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: binDir, WorkDir: t.TempDir(), AdvertiseAddress: link.Outer, Logf: t.Logf})
+	f.link = netlab.New(t)
+	cp, err := controlplane.Start(f.ctx, controlplane.Options{BinDir: binDir, WorkDir: t.TempDir(), AdvertiseAddress: f.link.Outer, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,157 +139,162 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 		}
 		_ = cp.Stop()
 	})
+	f.cp = cp
+}
 
-	dist := t.TempDir()
-	agent := filepath.Join(dist, "aks-flex-node")
-	buildAgent(t, agent)
+// agentConfig is the node's config.json: join f.cp with its bootstrap
+// token, the agent under prefix, machine image and bundle from the paths
+// bootProvisioned binds into the host.
+func (f *firstBoot) agentConfig() []byte {
+	m := f.manifest.Components
 	cfg, _ := json.MarshalIndent(map[string]any{
-		"azure":      map[string]any{"bootstrapToken": map[string]any{"token": cp.Token}},
+		"azure":      map[string]any{"bootstrapToken": map[string]any{"token": f.cp.Token}},
 		"agent":      map[string]any{"nodeName": nodeName, "hostPrefix": prefix},
-		"components": map[string]any{"kubernetes": manifest.Components.Kubernetes, "containerd": manifest.Components.Containerd, "runc": manifest.Components.Runc, "sandboxImage": fixtures.PauseImageRef},
-		"networking": map[string]any{"cniVersion": manifest.Components.CNI},
+		"components": map[string]any{"kubernetes": m.Kubernetes, "containerd": m.Containerd, "runc": m.Runc, "sandboxImage": fixtures.PauseImageRef},
+		"networking": map[string]any{"cniVersion": m.CNI},
 		"bootstrap": map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
 			"offlineArtifacts": map[string]any{"source": "/var/lib/aks-flex-node-test/bundle"}},
 		"node": map[string]any{"kubelet": map[string]any{
-			"clusterFQDN": strings.TrimPrefix(cp.Server, "https://"),
-			"caCertData":  base64.StdEncoding.EncodeToString(cp.CAPEM),
-			"nodeIP":      link.Inner,
+			"clusterFQDN": strings.TrimPrefix(f.cp.Server, "https://"),
+			"caCertData":  base64.StdEncoding.EncodeToString(f.cp.CAPEM),
+			"nodeIP":      f.link.Inner,
 		}},
 	}, "", "  ")
-	cfgFile := filepath.Join(dist, "config.json")
-	if err := os.WriteFile(cfgFile, cfg, 0o600); err != nil {
+	return cfg
+}
+
+// renderIgnition builds the agent and renders two Ignition configs with
+// it: the full one, the agent embedded (--binary), that provisions the
+// host; and a small one with the binary by URL, as Azure's 64 KiB userData
+// would carry it, that the fake IMDS serves so that start's preflight
+// judges a real Ignition payload on this ACL host.
+func (f *firstBoot) renderIgnition(t *testing.T) {
+	f.dist = t.TempDir()
+	f.agent = filepath.Join(f.dist, "aks-flex-node")
+	buildAgent(t, f.agent)
+	cfgFile := filepath.Join(f.dist, "config.json")
+	if err := os.WriteFile(cfgFile, f.agentConfig(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
-	// The agent goes in through Ignition, embedded: --binary.
-	ign := filepath.Join(dist, "config.ign")
+	f.ign = filepath.Join(f.dist, "config.ign")
 	start := time.Now()
-	out, err := exec.Command(agent, "ignition", "render", "--config", cfgFile, "--binary", agent, "--output", ign).CombinedOutput()
+	out, err := exec.Command(f.agent, "ignition", "render", "--config", cfgFile, "--binary", f.agent, "--output", f.ign).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ignition render: %v\n%s", err, out)
 	}
-	renderTime := time.Since(start)
-	if bytes.Contains(out, []byte(cp.Token)) {
+	f.renderTime = time.Since(start)
+	if bytes.Contains(out, []byte(f.cp.Token)) {
 		t.Fatalf("ignition render printed the bootstrap token")
 	}
 	if !bytes.Contains(out, []byte("readable by anyone with access to the VM's metadata")) {
 		t.Errorf("ignition render did not warn about customData: %s", out)
 	}
-	binSt, _ := os.Stat(agent)
-	ignSt, err := os.Stat(ign)
+	binSt, _ := os.Stat(f.agent)
+	ignSt, err := os.Stat(f.ign)
 	if err != nil || ignSt.Mode().Perm() != 0o600 {
 		t.Fatalf("rendered config: %v, mode %v", err, ignSt.Mode())
 	}
-	if out, err := exec.Command(agent, "ignition", "check", ign).CombinedOutput(); err != nil {
+	if out, err := exec.Command(f.agent, "ignition", "check", f.ign).CombinedOutput(); err != nil {
 		t.Fatalf("ignition check: %v\n%s", err, out)
 	}
-	// A small one, with the binary by URL, as Azure's 64 KiB userData
-	// would carry it: what the fake IMDS serves, so that start's preflight
-	// judges a real Ignition payload on this ACL host.
-	small, err := exec.Command(agent, "ignition", "render", "--config", cfgFile, "--binary-url", "https://example.invalid/aks-flex-node",
+	small, err := exec.Command(f.agent, "ignition", "render", "--config", cfgFile, "--binary-url", "https://example.invalid/aks-flex-node",
 		"--binary-sha256", strings.Repeat("0", 64), "--output", "-").Output()
 	if err != nil {
 		t.Fatalf("ignition render --binary-url: %v", err)
 	}
-	imdsURL, imdsHits := fakeIMDS(t, link.Outer, small)
+	f.imdsURL, f.imdsHits = fakeIMDS(t, f.link.Outer, small)
 	t.Logf("BENCH render=%v binary=%d bytes ignition-config=%d bytes (spec 3.3.0, gzip data URL) url-config=%d bytes",
-		renderTime.Round(time.Millisecond), binSt.Size(), ignSt.Size(), len(small))
+		f.renderTime.Round(time.Millisecond), binSt.Size(), ignSt.Size(), len(small))
+}
 
-	var ignitionTime time.Duration
-	prepare := func(root string) error {
-		// What an image that has never booted looks like: no machine-id,
-		// so systemd treats the next boot as the first and applies the
-		// presets Ignition writes (that is how units get enabled).
-		if err := os.Remove(filepath.Join(root, "etc/machine-id")); err != nil {
-			return err
-		}
-		// Debian's Ignition relabels what it wrote (SELinux support is
-		// compiled in) and reads the policy name from the image. This host
-		// has no SELinux policy: an empty file_contexts labels nothing.
-		if err := os.MkdirAll(filepath.Join(root, "etc/selinux/targeted/contexts/files"), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(root, "etc/selinux/config"), []byte("SELINUX=disabled\nSELINUXTYPE=targeted\n"), 0o644); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(root, "etc/selinux/targeted/contexts/files/file_contexts"), nil, 0o644); err != nil {
-			return err
-		}
-		// The platform, as the test provides it: IMDS at the fake. On
-		// Azure it is 169.254.169.254, which a test must never ask.
-		dropIn := filepath.Join(root, "etc/systemd/system", unitName+".d")
-		if err := os.MkdirAll(dropIn, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dropIn, "10-test-imds.conf"), []byte("[Service]\nEnvironment=AKS_FLEX_NODE_IMDS_ENDPOINT="+imdsURL+"\n"), 0o644); err != nil {
-			return err
-		}
-		start := time.Now()
-		if err := runIgnition(t, dist, ign, root); err != nil {
-			return err
-		}
-		ignitionTime = time.Since(start)
-		return checkProvisioned(root)
+// provision does to a fresh root what the platform and the initramfs do
+// before its first boot, then checks what Ignition wrote.
+func (f *firstBoot) provision(t *testing.T, root string) error {
+	// What an image that has never booted looks like: no machine-id, so
+	// systemd treats the next boot as the first and applies the presets
+	// Ignition writes (that is how units get enabled).
+	if err := os.Remove(filepath.Join(root, "etc/machine-id")); err != nil {
+		return err
 	}
+	// Debian's Ignition relabels what it wrote (SELinux support is compiled
+	// in) and reads the policy name from the image. This host has no
+	// SELinux policy: an empty file_contexts labels nothing.
+	if err := os.MkdirAll(filepath.Join(root, "etc/selinux/targeted/contexts/files"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/selinux/config"), []byte("SELINUX=disabled\nSELINUXTYPE=targeted\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/selinux/targeted/contexts/files/file_contexts"), nil, 0o644); err != nil {
+		return err
+	}
+	// The platform, as the test provides it: IMDS at the fake. On Azure it
+	// is 169.254.169.254, which a test must never ask.
+	dropIn := filepath.Join(root, "etc/systemd/system", unitName+".d")
+	if err := os.MkdirAll(dropIn, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dropIn, "10-test-imds.conf"), []byte("[Service]\nEnvironment=AKS_FLEX_NODE_IMDS_ENDPOINT="+f.imdsURL+"\n"), 0o644); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := runIgnition(t, f.dist, f.ign, root); err != nil {
+		return err
+	}
+	f.ignitionTime = time.Since(start)
+	return checkProvisioned(root)
+}
 
+// bootProvisioned boots the ACL-like host from the root provision made; it
+// returns once the boot, the first-boot join included, is over.
+func (f *firstBoot) bootProvisioned(t *testing.T) {
 	bootStart := time.Now()
-	h := aclhost.MustStart(t, aclhost.Options{Variant: aclhost.ACL, Name: "ign", NetNS: link.NS,
+	f.h = aclhost.MustStart(t, aclhost.Options{Variant: aclhost.ACL, Name: "ign", NetNS: f.link.NS,
 		// The first-boot unit is part of the boot: multi-user.target waits
 		// for it, so "running" means the join is done (or failed).
 		BootTimeout: 8 * time.Minute,
-		Prepare:     prepare,
+		Prepare:     func(root string) error { return f.provision(t, root) },
 		ExtraArgs: []string{
 			"--bind=" + t.TempDir() + ":/var/lib/machines",
-			"--bind-ro=" + layoutDir + ":/var/lib/aks-flex-node-test/worker",
-			"--bind-ro=" + bundle + ":/var/lib/aks-flex-node-test/bundle",
+			"--bind-ro=" + f.layoutDir + ":/var/lib/aks-flex-node-test/worker",
+			"--bind-ro=" + f.bundle + ":/var/lib/aks-flex-node-test/bundle",
 		}})
-	bootToJoined := time.Since(bootStart)
+	f.bootToJoined = time.Since(bootStart)
+	kubetest.WaitReady(f.ctx, t, f.cp.Client, nodeName, 2*time.Minute)
+	f.readyAfter = time.Since(bootStart)
+}
 
-	// From here on the test only looks.
-	kubetest.WaitReady(ctx, t, cp.Client, nodeName, 2*time.Minute)
-	readyAfter := time.Since(bootStart)
-	logs := kubetest.RunPod(ctx, t, cp.Client, nodeName, "hello-ignition", fixtures.BusyboxImageRef, []string{"sh", "-c", "echo hello from an Ignition-provisioned node"}, 2*time.Minute)
+// firstBootUnit returns the properties props of the first-boot unit.
+func (f *firstBoot) firstBootUnit(t *testing.T, props ...string) map[string]string {
+	args := []string{"systemctl", "show", unitName}
+	for _, p := range props {
+		args = append(args, "-p", p)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(f.h.RunOK(t, args...), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// checkFirstBootJoined: the node runs a pod; the first-boot unit, enabled
+// by Ignition's preset, ran start (preflight judged the payload the fake
+// IMDS served) without logging the token; the agent runs from the slots
+// start seeded; nothing was written under /usr, Ignition included.
+func (f *firstBoot) checkFirstBootJoined(t *testing.T) {
+	h := f.h
+	logs := kubetest.RunPod(f.ctx, t, f.cp.Client, nodeName, "hello-ignition", fixtures.BusyboxImageRef, []string{"sh", "-c", "echo hello from an Ignition-provisioned node"}, 2*time.Minute)
 	if strings.TrimSpace(logs) != "hello from an Ignition-provisioned node" {
 		t.Errorf("pod logs %q", logs)
 	}
-
-	show := func(props ...string) map[string]string {
-		args := []string{"systemctl", "show", unitName}
-		for _, p := range props {
-			args = append(args, "-p", p)
-		}
-		m := map[string]string{}
-		for _, l := range strings.Split(h.RunOK(t, args...), "\n") {
-			if k, v, ok := strings.Cut(l, "="); ok {
-				m[k] = v
-			}
-		}
-		return m
-	}
-	first := show("Result", "ExecMainStatus", "ConditionResult", "UnitFileState", "ExecMainStartTimestampMonotonic")
+	first := f.firstBootUnit(t, "Result", "ExecMainStatus", "ConditionResult", "UnitFileState", "ExecMainStartTimestampMonotonic")
 	if first["Result"] != "success" || first["ExecMainStatus"] != "0" || first["ConditionResult"] != "yes" || first["UnitFileState"] != "enabled" {
 		t.Errorf("first boot: %s: %v", unitName, first)
 	}
-	journal := h.RunOK(t, "journalctl", "-b", "-u", unitName, "--no-pager", "-o", "cat")
-	for _, want := range []string{
-		"[preflight]", "provisioning-payload",
-		"node " + nodeName + " joined",
-	} {
-		if !strings.Contains(journal, want) {
-			t.Errorf("first-boot journal lacks %q:\n%s", want, journal)
-		}
-	}
-	for _, l := range strings.Split(journal, "\n") {
-		if strings.Contains(l, "provisioning-payload") {
-			t.Logf("first boot, start's preflight: %s", strings.TrimSpace(l))
-		}
-	}
-	if bytes.Contains([]byte(journal), []byte(cp.Token)) {
-		t.Errorf("the bootstrap token is in the journal")
-	}
-	if imdsHits.Load() == 0 {
-		t.Errorf("start's preflight did not ask the (fake) IMDS for userData")
-	}
+	f.checkFirstBootJournal(t)
 	// Enabled by systemd's first-boot preset handling of Ignition's preset.
 	if preset := h.RunOK(t, "cat", "/etc/systemd/system-preset/20-ignition.preset"); !strings.Contains(preset, "enable "+unitName) {
 		t.Errorf("Ignition preset: %q", preset)
@@ -275,13 +321,41 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 	for _, c := range changes {
 		t.Errorf("written under /usr: %s", c)
 	}
-	t.Logf("BENCH ignition-files-stage=%v boot-to-running(joined)=%v boot-to-node-ready=%v", ignitionTime.Round(time.Millisecond), bootToJoined.Round(time.Millisecond), readyAfter.Round(time.Millisecond))
+}
 
-	// Second boot: the marker is there, so the unit is skipped.
-	if err := h.PowerCycle(ctx); err != nil {
+// checkFirstBootJournal: the first-boot unit ran start's preflight, which
+// asked the fake IMDS, and joined; the token is nowhere in its journal.
+func (f *firstBoot) checkFirstBootJournal(t *testing.T) {
+	journal := f.h.RunOK(t, "journalctl", "-b", "-u", unitName, "--no-pager", "-o", "cat")
+	for _, want := range []string{
+		"[preflight]", "provisioning-payload",
+		"node " + nodeName + " joined",
+	} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("first-boot journal lacks %q:\n%s", want, journal)
+		}
+	}
+	for _, l := range strings.Split(journal, "\n") {
+		if strings.Contains(l, "provisioning-payload") {
+			t.Logf("first boot, start's preflight: %s", strings.TrimSpace(l))
+		}
+	}
+	if bytes.Contains([]byte(journal), []byte(f.cp.Token)) {
+		t.Errorf("the bootstrap token is in the journal")
+	}
+	if f.imdsHits.Load() == 0 {
+		t.Errorf("start's preflight did not ask the (fake) IMDS for userData")
+	}
+}
+
+// checkSecondBootSkips: on the next boot the marker is there, so the
+// first-boot unit's condition fails and start does not run.
+func (f *firstBoot) checkSecondBootSkips(t *testing.T) {
+	h := f.h
+	if err := h.PowerCycle(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := show("Result", "ConditionResult", "ExecMainStartTimestampMonotonic", "ActiveState")
+	second := f.firstBootUnit(t, "Result", "ConditionResult", "ExecMainStartTimestampMonotonic", "ActiveState")
 	if second["ConditionResult"] != "no" || second["ExecMainStartTimestampMonotonic"] != "0" {
 		t.Errorf("second boot: %s ran again or was not evaluated: %v", unitName, second)
 	}
@@ -289,38 +363,46 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 		t.Errorf("second boot: the first-boot unit ran start:\n%s", j)
 	}
 	t.Logf("second boot: %s %v; agent service %s", unitName, second, strings.TrimSpace(h.RunOK(t, "systemctl", "is-active", "aks-flex-node-agent.service")))
+}
 
-	// reset removes the marker: the next boot joins again by itself.
+// checkResetJoinsAgainOnNextBoot: reset removes the marker, so the next
+// boot runs the first-boot unit again and the node comes back Ready.
+func (f *firstBoot) checkResetJoinsAgainOnNextBoot(t *testing.T) {
+	h := f.h
 	h.RunOK(t, agentPath, "reset")
-	if _, _, err := h.Run(ctx, "test", "-e", marker); err == nil {
+	if _, _, err := h.Run(f.ctx, "test", "-e", marker); err == nil {
 		t.Fatalf("reset left %s", marker)
 	}
-	if err := h.PowerCycle(ctx); err != nil {
+	if err := h.PowerCycle(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	third := show("Result", "ConditionResult", "ExecMainStatus")
+	third := f.firstBootUnit(t, "Result", "ConditionResult", "ExecMainStatus")
 	if third["ConditionResult"] != "yes" || third["Result"] != "success" || third["ExecMainStatus"] != "0" {
 		t.Errorf("boot after reset: %s: %v", unitName, third)
 	}
-	kubetest.WaitReady(ctx, t, cp.Client, nodeName, 2*time.Minute)
+	kubetest.WaitReady(f.ctx, t, f.cp.Client, nodeName, 2*time.Minute)
 	h.RunOK(t, "test", "-f", marker)
+}
 
-	// uninstall.sh removes the first-boot unit too: left behind, its
-	// condition (no marker) would hold again after the reset uninstall
-	// runs, and it would try to join on every boot with no binary.
+// checkUninstallRemovesFirstBootUnit: uninstall.sh removes the first-boot
+// unit too. Left behind, its condition (no marker) would hold again after
+// the reset uninstall runs, and it would try to join on every boot with no
+// binary.
+func (f *firstBoot) checkUninstallRemovesFirstBootUnit(t *testing.T) {
+	h := f.h
 	if err := h.CopyIn(filepath.Join(repoRoot(), "scripts", "uninstall.sh"), "/root/uninstall.sh", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	h.RunOK(t, "/root/uninstall.sh")
 	for _, p := range []string{"/etc/systemd/system/" + unitName, "/etc/systemd/system/multi-user.target.wants/" + unitName, agentPath, marker} {
-		if _, _, err := h.Run(ctx, "test", "-e", p); err == nil {
+		if _, _, err := h.Run(f.ctx, "test", "-e", p); err == nil {
 			t.Errorf("uninstall.sh left %s", p)
 		}
 	}
-	if err := h.PowerCycle(ctx); err != nil {
+	if err := h.PowerCycle(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if out, _, err := h.Run(ctx, "systemctl", "show", unitName, "-p", "LoadState", "-p", "ExecMainStartTimestampMonotonic"); err != nil || !strings.Contains(out, "LoadState=not-found") || !strings.Contains(out, "ExecMainStartTimestampMonotonic=0") {
+	if out, _, err := h.Run(f.ctx, "systemctl", "show", unitName, "-p", "LoadState", "-p", "ExecMainStartTimestampMonotonic"); err != nil || !strings.Contains(out, "LoadState=not-found") || !strings.Contains(out, "ExecMainStartTimestampMonotonic=0") {
 		t.Errorf("after uninstall and a reboot, %s: %v\n%s", unitName, err, out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
@@ -152,8 +153,42 @@ func (e *env) config(sc scenario, edit func(kubelet, agent, bootstrap map[string
 	return cfg
 }
 
+// run is one scenario: a host that refuses bad inputs without changing
+// anything, joins through install.sh and start, runs a pod, converges on
+// a second start, survives a power cut, is left clean by reset and
+// uninstall, and joins again from there.
 func (e *env) run(t *testing.T, sc scenario) {
-	ctx := e.ctx
+	h := e.bootHost(t, sc)
+	if sc.variant == aclhost.ACL {
+		e.refusals(t, h, sc)
+	}
+	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e.install(t, h)
+	_, first := e.start(t, h, sc, "first")
+	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	e.checkJoined(t, h, sc)
+	second := e.checkConverged(t, h, sc)
+	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
+	rss, _, _ := h.Run(e.ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
+	t.Logf("BENCH scenario=%s join=%v converged-rerun=%v agent-%s", sc.name, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
+	e.checkPowerCutRecovery(t, h, sc)
+	checkResetAndUninstallLeaveNothing(t, h, sc, before)
+
+	// A fresh start joins again.
+	e.install(t, h)
+	e.start(t, h, sc, "fresh")
+	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	h.RunOK(t, sc.agent, "reset")
+}
+
+// bootHost boots the scenario's host in the test's network namespace with
+// the fixtures bound in, and puts the agent, the scripts and the config in
+// /root/dist and /etc/aks-flex-node.
+func (e *env) bootHost(t *testing.T, sc scenario) *aclhost.Host {
 	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.net.NS, ExtraArgs: []string{
 		// The test host's root is an overlay; containerd's overlay
 		// snapshotter cannot stack on that, so give the machines a real
@@ -163,12 +198,6 @@ func (e *env) run(t *testing.T, sc scenario) {
 		"--bind-ro=" + e.bundle + ":/var/lib/aks-flex-node-test/bundle",
 		"--bind-ro=" + e.tamperedDir + ":/var/lib/aks-flex-node-test/tampered-bundle",
 	}})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	// What the node's machine logged, when a step failed (registered after
 	// the host, so it runs before the host stops).
 	t.Cleanup(func() {
@@ -180,54 +209,60 @@ func (e *env) run(t *testing.T, sc scenario) {
 			t.Logf("%s in kube1:\n%s", unit, j)
 		}
 	})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	must(h.CopyIn(e.dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755))
 	for _, s := range []string{"install.sh", "uninstall.sh"} {
 		must(h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755))
 	}
 	must(h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, nil), 0o600))
-	if sc.variant == aclhost.ACL {
-		e.refusals(t, h, sc)
-	}
-	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
-	must(err)
+	return h
+}
 
-	install := func() {
-		h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256File(t, e.dist+"/aks-flex-node"))
-	}
-	join := func(label string) (string, time.Duration) {
-		start := time.Now()
-		out, stderr, err := h.Run(ctx, sc.agent, "start", "--join-timeout", "2m")
-		d := time.Since(start)
-		t.Logf("%s start took %v\n%s", label, d.Round(time.Millisecond), out)
-		for _, l := range strings.Split(stderr, "\n") {
-			if strings.Contains(l, "task=") {
-				t.Logf("  %s", l)
-			}
-		}
-		if err != nil {
-			j, _, _ := h.Run(ctx, "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "120", "-u", "kubelet")
-			t.Fatalf("%s start: %v\n%s\nkubelet:\n%s", label, err, stderr, j)
-		}
-		return out, d
-	}
-	install()
-	_, first := join("first")
-	client := e.cp.Client
-	kubetest.WaitReady(ctx, t, client, sc.nodeName, 2*time.Minute)
+// install runs install.sh with the agent binary and its checksum.
+func (e *env) install(t *testing.T, h *aclhost.Host) {
+	h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256File(t, e.dist+"/aks-flex-node"))
+}
 
-	// A busybox pod from the bundle runs and its logs come back through the API server.
-	logs := kubetest.RunPod(ctx, t, client, sc.nodeName, "hello-"+sc.name, fixtures.BusyboxImageRef, helloCommand, 2*time.Minute)
+// start runs `start` and logs its output and its task lines; a failure
+// ends the test with the machine's kubelet journal.
+func (e *env) start(t *testing.T, h *aclhost.Host, sc scenario, label string) (string, time.Duration) {
+	begin := time.Now()
+	out, stderr, err := h.Run(e.ctx, sc.agent, "start", "--join-timeout", "2m")
+	d := time.Since(begin)
+	t.Logf("%s start took %v\n%s", label, d.Round(time.Millisecond), out)
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.Contains(l, "task=") {
+			t.Logf("  %s", l)
+		}
+	}
+	if err != nil {
+		j, _, _ := h.Run(e.ctx, "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "120", "-u", "kubelet")
+		t.Fatalf("%s start: %v\n%s\nkubelet:\n%s", label, err, stderr, j)
+	}
+	return out, d
+}
+
+// checkJoined: a busybox pod from the bundle runs and its logs come back
+// through the API server; with a prefix nothing was written under /usr;
+// the agent unit runs the upgrade link of the layout.
+func (e *env) checkJoined(t *testing.T, h *aclhost.Host, sc scenario) {
+	logs := kubetest.RunPod(e.ctx, t, e.cp.Client, sc.nodeName, "hello-"+sc.name, fixtures.BusyboxImageRef, helloCommand, 2*time.Minute)
 	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
 		t.Errorf("pod logs %q", logs)
 	}
 	if os.Getenv("AKS_FLEX_NODE_DEMO") == "1" {
 		e.demo(t, h, logs)
 	}
-
-	// Nothing under /usr with a prefix; the agent runs from the layout.
 	if sc.prefix != "" {
 		changes, err := h.ChangesUnder("/usr")
-		must(err)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, c := range changes {
 			t.Errorf("written under /usr: %s", c)
 		}
@@ -235,22 +270,28 @@ func (e *env) run(t *testing.T, sc scenario) {
 	if exe := h.RunOK(t, "systemctl", "show", "-p", "ExecStart", "--value", "aks-flex-node-agent.service"); !strings.Contains(exe, "path="+sc.current) {
 		t.Errorf("agent ExecStart: %s", exe)
 	}
+}
 
-	// A second start on the converged host changes nothing.
-	out, second := join("second")
+// checkConverged: a second start on the converged host changes nothing
+// and says so; it returns how long that start took.
+func (e *env) checkConverged(t *testing.T, h *aclhost.Host, sc scenario) time.Duration {
+	out, d := e.start(t, h, sc, "second")
 	if !strings.Contains(out, "nothing changed") {
 		t.Errorf("second start did not report convergence:\n%s", out)
 	}
-	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
-	rss, _, _ := h.Run(ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
-	t.Logf("BENCH scenario=%s join=%v converged-rerun=%v agent-%s", sc.name, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
+	return d
+}
 
-	// A power cut: nothing but the agent, which systemd starts at boot,
-	// brings the node's machine back; a new pod proves the kubelet is up
-	// (the Node's Ready condition alone could still be the stale one).
+// checkPowerCutRecovery: after a power cut nothing but the agent, which
+// systemd starts at boot, brings the node's machine back; a new pod proves
+// the kubelet is up (the Node's Ready condition alone could still be the
+// stale one).
+func (e *env) checkPowerCutRecovery(t *testing.T, h *aclhost.Host, sc scenario) {
 	cut := time.Now()
-	must(h.PowerCycle(ctx))
-	logs = kubetest.RunPod(ctx, t, client, sc.nodeName, "after-power-cut-"+sc.name, fixtures.BusyboxImageRef, helloCommand, 2*time.Minute)
+	if err := h.PowerCycle(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	logs := kubetest.RunPod(e.ctx, t, e.cp.Client, sc.nodeName, "after-power-cut-"+sc.name, fixtures.BusyboxImageRef, helloCommand, 2*time.Minute)
 	if strings.TrimSpace(logs) != "hello from aks-flex-node" {
 		t.Errorf("pod logs after the power cut %q", logs)
 	}
@@ -258,22 +299,21 @@ func (e *env) run(t *testing.T, sc scenario) {
 		t.Errorf("the agent did not say it started the machine after the power cut:\n%s", j)
 	}
 	t.Logf("BENCH scenario=%s power-cut-to-pod-running=%v", sc.name, time.Since(cut).Round(time.Millisecond))
+}
 
-	// reset, then uninstall, leave nothing of ours.
+// checkResetAndUninstallLeaveNothing: reset (twice: it is safe to repeat),
+// then uninstall.sh, leave the trees as they were before install.
+func checkResetAndUninstallLeaveNothing(t *testing.T, h *aclhost.Host, sc scenario, before aclhost.Tree) {
 	h.RunOK(t, sc.agent, "reset")
-	h.RunOK(t, sc.agent, "reset") // safe twice
+	h.RunOK(t, sc.agent, "reset")
 	h.RunOK(t, "/root/dist/uninstall.sh")
 	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d := aclhost.Diff(before, after); len(d) > 0 {
 		t.Errorf("reset + uninstall left changes:\n%s", strings.Join(d, "\n"))
 	}
-
-	// A fresh start joins again.
-	install()
-	join("fresh")
-	kubetest.WaitReady(ctx, t, client, sc.nodeName, 2*time.Minute)
-	h.RunOK(t, sc.agent, "reset")
 }
 
 // refusals: each bad input stops start before it touches the host, and
@@ -352,9 +392,9 @@ func (e *env) demo(t *testing.T, h *aclhost.Host, logs string) {
 }
 
 func sha256File(t *testing.T, p string) string {
-	out, err := exec.Command("sha256sum", p).Output()
+	sum, _, err := fsutil.FileSHA256(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(out))[0]
+	return sum
 }
