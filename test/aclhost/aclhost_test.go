@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/test/buildcache"
 )
 
@@ -267,14 +268,14 @@ func checkChangeSet(t *testing.T, h *Host) {
 // mountOptions returns the per-mount options of the mount at target inside h.
 func mountOptions(t *testing.T, h *Host, target string) string {
 	t.Helper()
-	mps, err := buildcache.ParseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
+	mps, err := hostos.ParseMountInfo(strings.NewReader(h.RunOK(t, "cat", "/proc/self/mountinfo")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := ""
 	for _, m := range mps {
-		if m.Target == target {
-			opts = m.Options // the last one is the one on top
+		if m.MountPoint == target {
+			opts = strings.Join(m.Options, ",") // the last one is the one on top
 		}
 	}
 	if opts == "" && target == "/usr" && h.Variant() == ACL {

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/Azure/aks-flex-node/test/buildcache"
+	"github.com/Azure/aks-flex-node/internal/hostos"
 )
 
 // hostCgroups are the cgroups one test host runs in, one per mounted
@@ -66,11 +66,11 @@ func selfCgroups() ([]cgroupLine, error) {
 }
 
 // hierarchyMount finds where the hierarchy of l is mounted.
-func hierarchyMount(mps []buildcache.Mount, l cgroupLine) string {
+func hierarchyMount(mps []hostos.Mount, l cgroupLine) string {
 	for _, m := range mps {
 		if len(l.controllers) == 0 {
 			if m.FSType == "cgroup2" {
-				return m.Target
+				return m.MountPoint
 			}
 			continue
 		}
@@ -78,7 +78,7 @@ func hierarchyMount(mps []buildcache.Mount, l cgroupLine) string {
 			continue
 		}
 		opts := map[string]bool{}
-		for _, o := range strings.Split(m.Super, ",") {
+		for _, o := range m.SuperOptions {
 			opts[o] = true
 		}
 		all := true
@@ -86,7 +86,7 @@ func hierarchyMount(mps []buildcache.Mount, l cgroupLine) string {
 			all = all && opts[c]
 		}
 		if all {
-			return m.Target
+			return m.MountPoint
 		}
 	}
 	return ""
@@ -100,7 +100,7 @@ func newHostCgroups(name string, logf func(string, ...any)) (*hostCgroups, error
 	if err != nil {
 		return nil, err
 	}
-	mps, err := buildcache.ReadMountInfo("/proc/self/mountinfo")
+	mps, err := hostos.ReadMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

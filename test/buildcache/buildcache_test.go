@@ -126,32 +126,6 @@ func TestEnsureHonoursContext(t *testing.T) {
 	}
 }
 
-func TestParseMountInfo(t *testing.T) {
-	const info = `22 1 0:21 / /proc rw,nosuid shared:5 - proc proc rw
-35 24 0:30 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:12 - cgroup cgroup rw,cpu,cpuacct
-90 22 0:50 / /tmp/with\040space\134x ro,relatime - overlay overlay rw,lowerdir=/a
-bad line
-`
-	mps, err := ParseMountInfo(strings.NewReader(info))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(mps) != 3 {
-		t.Fatalf("parsed %d mounts, want 3: %+v", len(mps), mps)
-	}
-	if m := mps[1]; m.FSType != "cgroup" || m.Super != "rw,cpu,cpuacct" || m.Target != "/sys/fs/cgroup/cpu,cpuacct" {
-		t.Errorf("cgroup line: %+v", m)
-	}
-	if m := mps[2]; m.Target != `/tmp/with space\x` || m.Options != "ro,relatime" {
-		t.Errorf("escaped line: %+v", m)
-	}
-	for in, want := range map[string]string{`a\040b`: "a b", `a\\b`: `a\\b`, `tail\04`: `tail\04`, `\011tab`: "\ttab"} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestRemoveAllSafeUnmountsFirst(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount")

@@ -1,107 +1,30 @@
 package buildcache
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/hostos"
 )
-
-// Mount is one line of a mountinfo file, reduced to what the tests use.
-type Mount struct {
-	Target  string
-	FSType  string
-	Options string // per-mount options (ro/rw, ...)
-	Super   string // super block options (for cgroup v1: the controllers)
-}
-
-// ReadMountInfo parses a mountinfo file (/proc/<pid>/mountinfo).
-func ReadMountInfo(path string) ([]Mount, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	mps, err := ParseMountInfo(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return mps, nil
-}
-
-// ParseMountInfo parses the mountinfo format of proc(5).
-func ParseMountInfo(r io.Reader) ([]Mount, error) {
-	var out []Mount
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// id parent major:minor root target options [optional...] - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 {
-			continue
-		}
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) {
-			continue
-		}
-		out = append(out, Mount{
-			Target:  unescapeMount(fields[4]),
-			Options: fields[5],
-			FSType:  fields[sep+1],
-			Super:   fields[len(fields)-1],
-		})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space, \134 for a
-// backslash, ...) the kernel applies to mountinfo fields.
-//
-// TODO(issue 12): use the unescaper internal/hostos exports once it lands;
-// until then this is the tests' only copy.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
 
 // MountsBelow returns the mount points at or below dir in this process's
 // mount namespace, deepest first.
 func MountsBelow(dir string) ([]string, error) {
-	mps, err := ReadMountInfo("/proc/self/mountinfo")
+	mps, err := hostos.ReadMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	dir = filepath.Clean(dir)
 	var out []string
 	for _, m := range mps {
-		if m.Target == dir || strings.HasPrefix(m.Target, dir+"/") {
-			out = append(out, m.Target)
+		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
+			out = append(out, m.MountPoint)
 		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(out)))
