@@ -45,9 +45,12 @@ type Provisioner struct {
 	Platform v1.Platform
 
 	mu       sync.Mutex
-	resolved map[string]resolvedImage // by root and reference
+	resolved map[string]resolvedImage // by reference (and root, for a layout)
 }
 
+// resolvedImage is a reference resolved once. img is kept for a layout
+// only: a registry image holds the context it was fetched with (for its
+// layer downloads), so it is fetched again by digest with the caller's.
 type resolvedImage struct {
 	img    v1.Image
 	digest v1.Hash
@@ -106,19 +109,28 @@ func (p *Provisioner) platform() v1.Platform {
 // resolve returns the image and the manifest digest it must hash to,
 // resolving each reference once per Provisioner.
 func (p *Provisioner) resolve(ctx context.Context, root, ref string) (v1.Image, v1.Hash, error) {
-	key := root + "\x00" + ref
+	key := ref // a layout is a path under root; a registry reference is not
+	if strings.HasPrefix(ref, OCILayoutScheme) {
+		key = root + "\x00" + ref
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r, ok := p.resolved[key]; ok {
+	r, ok := p.resolved[key]
+	switch {
+	case ok && r.img != nil:
 		return r.img, r.digest, nil
+	case ok:
+		return p.fromRegistryPinned(ctx, ref, r.digest)
 	}
 	var img v1.Image
 	var d v1.Hash
 	var err error
 	if strings.HasPrefix(ref, OCILayoutScheme) {
 		img, d, err = p.fromLayout(root, ref)
+		r = resolvedImage{img, d}
 	} else {
 		img, d, err = p.fromRegistry(ctx, ref)
+		r = resolvedImage{digest: d}
 	}
 	if err != nil {
 		return nil, v1.Hash{}, err
@@ -126,8 +138,22 @@ func (p *Provisioner) resolve(ctx context.Context, root, ref string) (v1.Image, 
 	if p.resolved == nil {
 		p.resolved = map[string]resolvedImage{}
 	}
-	p.resolved[key] = resolvedImage{img, d}
+	p.resolved[key] = r
 	return img, d, nil
+}
+
+// fromRegistryPinned fetches the image ref resolved to earlier, by that
+// digest, so a tag that moved since is not followed.
+func (p *Provisioner) fromRegistryPinned(ctx context.Context, ref string, d v1.Hash) (v1.Image, v1.Hash, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	img, got, err := p.fromRegistry(ctx, r.Context().Digest(d.String()).Name())
+	if err == nil && got != d {
+		err = fmt.Errorf("%s@%s: manifest hashes to %s", r.Context().Name(), d, got)
+	}
+	return img, got, err
 }
 
 // policy is the transport policy for registry host reg.

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/Azure/aks-flex-node/internal/transport"
 	"github.com/Azure/aks-flex-node/test/netns"
 )
@@ -80,5 +83,39 @@ func TestResolvePinnedAndLoopback(t *testing.T) {
 	pinned, err := p.Resolve(context.Background(), "/", hosts[0]+"/aks/node@"+r.Digest)
 	if err != nil || pinned.ByTag || pinned.Digest != r.Digest {
 		t.Fatalf("%+v %v", pinned, err)
+	}
+}
+
+// TestProvisionUnpacksWhatResolveResolved: preflight resolves the tag
+// (with a context that ends with preflight); the tag then moves; Provision
+// unpacks the digest preflight reported, fetched with its own context.
+func TestProvisionUnpacksWhatResolveResolved(t *testing.T) {
+	hosts, _ := rfc1918Registry(t, nil, "127.0.0.1")
+	ref := hosts[0] + "/aks/node:v1"
+	p := &Provisioner{}
+	pctx, cancel := context.WithCancel(context.Background())
+	r, err := p.Resolve(pctx, "/", ref)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := imageOf(t, layerOf(t, file{name: "etc/"}, file{name: "etc/moved", body: "m"}))
+	tag, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, moved); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	res, err := p.Provision(context.Background(), at(root), "kube1", ref, nil)
+	if err != nil || !strings.Contains(res.Detail, r.Digest) {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if d, _ := ImageDigest(at(root), "kube1"); d != r.Digest {
+		t.Errorf("unpacked %s, preflight resolved %s", d, r.Digest)
+	}
+	if got := readFile(t, filepath.Join(Dir(at(root), "kube1"), "var/cache/new")); got != "n" {
+		t.Errorf("var/cache/new = %q: not the image preflight resolved", got)
 	}
 }
