@@ -24,6 +24,7 @@ Binary source (one of):
   --binary PATH          install a local file         (AKS_FLEX_NODE_LOCAL_BINARY)
   --version VERSION      download a release           (AKS_FLEX_NODE_VERSION)
   --download-url URL     download from URL            (AKS_FLEX_NODE_DOWNLOAD_URL)
+                         https; plain http only from localhost/127.0.0.0/8/[::1]
 Checksum (required; mismatch installs nothing):
   --sha256 HEX           expected SHA-256             (AKS_FLEX_NODE_SHA256)
                          default: PATH.sha256 or URL.sha256
