@@ -17,19 +17,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -69,18 +63,6 @@ func ValidateName(name string) error {
 		}
 	}
 	return nil
-}
-
-// Provisioner unpacks OCI images into machine rootfs directories. The zero
-// value pulls anonymously with the default transport for linux/GOARCH.
-type Provisioner struct {
-	// Keychain authenticates registry pulls; nil pulls anonymously.
-	Keychain authn.Keychain
-	// Transport carries registry requests; nil uses remote.DefaultTransport.
-	Transport http.RoundTripper
-	// Platform selects from a multi-platform index; zero means
-	// linux/runtime.GOARCH.
-	Platform v1.Platform
 }
 
 // Provision makes Dir(l, name) the rootfs of imageRef with the zero
@@ -156,66 +138,6 @@ func ImageDigest(l aflayout.Layout, name string) (string, error) {
 		return "", nil
 	}
 	return strings.TrimSpace(string(b)), err
-}
-
-func (p *Provisioner) platform() v1.Platform {
-	if p.Platform.OS != "" {
-		return p.Platform
-	}
-	return v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
-}
-
-// resolve returns the image and the manifest digest it must hash to.
-func (p *Provisioner) resolve(ctx context.Context, root, ref string) (v1.Image, v1.Hash, error) {
-	if strings.HasPrefix(ref, OCILayoutScheme) {
-		return p.fromLayout(root, ref)
-	}
-	return p.fromRegistry(ctx, ref)
-}
-
-func (p *Provisioner) fromRegistry(ctx context.Context, s string) (v1.Image, v1.Hash, error) {
-	ref, err := name.ParseReference(s)
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	if isLoopback(ref.Context().RegistryStr()) {
-		// Plain HTTP only for a registry on this host (a test or a local
-		// mirror); never for anything reachable over the network.
-		if ref, err = name.ParseReference(s, name.Insecure); err != nil {
-			return nil, v1.Hash{}, err
-		}
-	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(p.platform())}
-	if p.Keychain != nil {
-		opts = append(opts, remote.WithAuthFromKeychain(p.Keychain))
-	}
-	if p.Transport != nil {
-		opts = append(opts, remote.WithTransport(p.Transport))
-	}
-	img, err := remote.Image(ref, opts...)
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	raw, err := img.RawManifest()
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	// remote checks a by-digest pull itself; by tag, the digest is what
-	// the bytes hash to.
-	got := sha256Hash(raw)
-	return img, got, nil
-}
-
-func isLoopback(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 const (

@@ -60,6 +60,10 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
+	// ResolveImage, when set, resolves bootstrap.ociImage to its manifest
+	// digest under the transport policy, fetching only the manifest: the
+	// worker-image check's probe. A layout dir is opened under Root.
+	ResolveImage func(ctx context.Context, ref string) (ResolvedImage, error)
 
 	// The API server client, made on first use (see apiClient).
 	apiOnce sync.Once
