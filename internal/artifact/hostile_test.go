@@ -134,3 +134,21 @@ func TestInstallInstalledFIFO(t *testing.T) {
 		t.Errorf("kubelet not replaced by the bundle's: %v %v", fi, err)
 	}
 }
+
+// artifacts build reads its inputs the same way: a named pipe as the spec
+// or as a component file is refused naming it, not waited on.
+func TestBuildInputsFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "spec.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var specErr, copyErr error
+	bounded(t, "LoadSpec", func() { _, specErr = LoadSpec(fifo) })
+	bounded(t, "copyFile", func() { _, copyErr = copyFile(context.Background(), fifo, t.TempDir(), "kubelet") })
+	for _, err := range []error{specErr, copyErr} {
+		if err == nil || !strings.Contains(err.Error(), fifo) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("err = %v, want a refusal naming %s", err, fifo)
+		}
+	}
+}
