@@ -316,7 +316,7 @@ func copyMirrored(ctx context.Context, src, bundle string, d Download) (File, er
 	if _, err := os.Stat(from); err != nil {
 		return File{}, fmt.Errorf("--from-dir %s has neither %s nor the mirrored %s (see docs/offline-bundle.md): %w", src, d.Path, MirrorPath(d.URL), err)
 	}
-	cf, err := os.Open(sumPath)
+	cf, err := fsutil.OpenRegular(sumPath)
 	if err != nil {
 		return File{}, fmt.Errorf("--from-dir %s: %s needs its mirrored checksum file: %w", src, MirrorPath(d.URL), err)
 	}
@@ -341,16 +341,11 @@ func copyFile(ctx context.Context, from, bundle, rel string) (File, error) {
 	if err := validRel(rel); err != nil {
 		return File{}, err
 	}
-	in, err := os.Open(from)
+	in, err := fsutil.OpenRegular(from)
 	if err != nil {
 		return File{}, err
 	}
 	defer in.Close()
-	if fi, err := in.Stat(); err != nil {
-		return File{}, err
-	} else if !fi.Mode().IsRegular() {
-		return File{}, fmt.Errorf("%s is not a regular file", from)
-	}
 	dst := filepath.Join(bundle, filepath.FromSlash(rel))
 	if err := mkdirs(bundle, path.Dir(rel)); err != nil {
 		return File{}, err

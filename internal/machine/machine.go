@@ -253,6 +253,15 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, dir string, log *
 	return len(layers), nil
 }
 
+// extractLayer extracts layer l into dir, hashing its uncompressed stream
+// on the way, and checks the hash against diffID once the archive has
+// been read to its end, before the extraction applies any directory
+// metadata: a layer that is not the one the verified config names has
+// nothing of it given effect but files in dir, the caller's temp tree,
+// which is thrown away. Hashing while extracting, rather than staging the
+// layer first, reads it once and needs no second copy of it on disk;
+// extraction is confined to dir (fsutil.ExtractTar), so what an
+// unverified stream can do is limited to that tree.
 func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
 	if diffID.Algorithm != "sha256" {
 		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
@@ -264,21 +273,21 @@ func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
 	defer rc.Close()
 	h := sha256.New()
 	r := io.TeeReader(rc, h)
-	if err := fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: true, Devices: true}); err != nil {
-		return err
+	verify := func() error {
+		// The tar reader stops at the end-of-archive marker; hash the
+		// padding too, and let a verifying reader underneath see EOF.
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return err
+		}
+		if err := rc.Close(); err != nil {
+			return err
+		}
+		if got := hexOf(h); got != diffID.Hex {
+			return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
+		}
+		return nil
 	}
-	// The tar reader stops at the end-of-archive marker; hash the padding
-	// too, and let a verifying reader underneath see EOF.
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return err
-	}
-	if err := rc.Close(); err != nil {
-		return err
-	}
-	if got := hexOf(h); got != diffID.Hex {
-		return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
-	}
-	return nil
+	return fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: true, Devices: true, Verify: verify})
 }
 
 func hexOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }

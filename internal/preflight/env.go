@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -135,7 +136,14 @@ func (e *Env) readFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.ReadFile(h)
+	// Regular files only: a named pipe where a file belongs (a bundle's
+	// manifest.json) is an error, not a hang.
+	f, err := fsutil.OpenRegular(h)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // exists reports whether the host path p exists; a path that cannot be
