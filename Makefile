@@ -26,7 +26,7 @@ deps:
 # takes longer than go test's default 10 minutes.
 test: deps build
 	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...
-	$(GO) test -count=1 -tags failpoints ./internal/failpoint/
+	$(GO) test -count=1 -tags failpoints ./internal/failpoint/ ./internal/task/
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 45m ./...
 
