@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,7 +45,11 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			if err := opts.Validate(preflight.StartNames); err != nil {
 				return invalid(err)
 			}
-			data, err := os.ReadFile(path)
+			data, err := config.ReadFile(path)
+			var ie *config.InvalidError
+			if errors.As(err, &ie) {
+				return invalid(fmt.Errorf("start: %w", err))
+			}
 			if err != nil {
 				return fmt.Errorf("start: config: %w", err)
 			}
