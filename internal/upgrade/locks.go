@@ -88,7 +88,7 @@ func switchCurrent(l layout.Layout, rec InFlight) error {
 const staleAge = time.Minute
 
 // cleanStale removes temp files a killed upgrade left in the lib dir. No
-// link ever names them. Candidates are only staged under the upgrade lock,
+// link ever names them. Candidates are only staged under the node lock,
 // which the caller holds; link temp files are made by others too, so only
 // old ones go.
 func cleanStale(l layout.Layout) {
