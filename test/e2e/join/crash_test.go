@@ -310,9 +310,13 @@ func (h *crashHost) resetChain(t *testing.T, kind string, tasks []string) {
 	h.resetClean(t, "reset after "+kind+" at every task")
 }
 
-// checkStateFile: the applied-state file is absent or whole, and matches
-// its sidecar (the sidecar is written second; a crash between the two
-// would leave a mismatch, which the next start repairs).
+// checkStateFile: the applied-state file is absent, or whole and agreeing
+// with its sidecar. save-state writes both, the sidecar second, so they
+// agree at every task boundary; only a crash between the two writes (in
+// the middle of save-state, which takes milliseconds and is not crashed
+// mid-task here) leaves a mismatch, by design: LoadApplied reports it and
+// the next start rewrites both. checkOldOrNew checks the file is the old
+// or the new one.
 func (h *crashHost) checkStateFile(t *testing.T, kind, step string) {
 	t.Helper()
 	data, err := os.ReadFile(h.Path("/var/lib/aks-flex-node/state.json"))
