@@ -68,6 +68,11 @@ type verifiedBundle struct {
 	want     Components
 	stamp    []fileStamp
 	manifest *Manifest
+	how      Verification
+	// manifestSum and recorded: what its verification record needs,
+	// and whether it was saved (record.go).
+	manifestSum string
+	recorded    bool
 }
 
 func (s *Stager) arch() string {
@@ -221,12 +226,10 @@ func removeTempFiles(dir string) error {
 
 // Verify is the full check of a bundle dir (a path this process opens)
 // against Want: what preflight runs and what Stage requires before start
-// touches the host. A bundle unchanged since the last verified install,
-// or since this process verified it, is not hashed again.
+// touches the host. A bundle whose verification record matches
+// (record.go), or that this process verified and that did not change
+// since, is not hashed again.
 func (s *Stager) Verify(ctx context.Context, dir string) error {
-	if s.Unchanged(dir) {
-		return nil
-	}
 	_, err := s.verify(ctx, dir)
 	return err
 }
@@ -247,8 +250,8 @@ func (s *Stager) Inspect(ctx context.Context, ref string) error {
 }
 
 // verify verifies dir in full and returns its manifest, unless this
-// process already did and no file of it changed since (the same stamp as
-// the components stamp: size, mtime, ctime, inode).
+// process already did, or its verification record says it was, and no
+// file of it changed since (device, inode, size, mtime, ctime).
 func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
 	if v := s.verified; v != nil && v.dir == dir && v.want == s.Want {
 		if cur, err := stampBundle(dir); err == nil && slices.Equal(cur, v.stamp) {
@@ -256,15 +259,27 @@ func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
 		}
 	}
 	s.verified = nil
-	stamp, stampErr := stampBundle(dir) // before hashing: a change during it breaks the stamp
+	if m, rec, ok := s.fromRecord(dir); ok {
+		mp := filepath.Join(dir, ManifestName)
+		if ps := append(versionProblems(m, mp, s.Want, s.arch()), layoutProblems(m, mp)...); len(ps) > 0 {
+			return nil, Problems(ps)
+		}
+		s.verified = &verifiedBundle{dir: dir, want: s.Want, stamp: rec.Files, manifest: m, how: Verification{Since: rec.VerifiedAt}}
+		return m, nil
+	}
+	// Before hashing: a change during it breaks the stamp and the record.
+	stamp, stampErr := stampBundle(dir)
+	sum, _, sumErr := manifestDigest(dir)
 	start := time.Now()
 	m, ps := VerifyFor(ctx, dir, s.Want, s.arch())
 	if len(ps) > 0 {
+		s.dropRecord(dir)
 		return nil, Problems(ps)
 	}
 	s.log().Debug("verified bundle", "dir", dir, "files", len(m.Files)+len(m.Legal), "duration", time.Since(start).Round(time.Millisecond))
-	if stampErr == nil {
-		s.verified = &verifiedBundle{dir: dir, want: s.Want, stamp: stamp, manifest: m}
+	if stampErr == nil && sumErr == nil {
+		s.verified = &verifiedBundle{dir: dir, want: s.Want, stamp: stamp, manifest: m, how: Verification{Since: start, Now: true}, manifestSum: sum}
+		s.recordVerified()
 	}
 	return m, nil
 }
