@@ -24,9 +24,10 @@ import (
 // files, are staged under the layout's bundles dir. Whatever the source,
 // the bundle is verified in full before anything else on the host
 // changes, and hashed at most once per process: preflight's check, the
-// stage and the install share one Stager. A bundle unchanged since the
-// last verified install (the components stamp, stamp.go) is not hashed at
-// all.
+// stage and the install share one Stager. A bundle unchanged since it was
+// last hashed (its verification record, record.go) is not hashed at all,
+// and one whose installed files are unchanged too (the components stamp,
+// stamp.go) is not installed again.
 
 // StagedMarker in a staged registry bundle records the artifact digest it
 // was pulled and verified from.
