@@ -236,6 +236,7 @@ func verifyQuick(cmd *cobra.Command, src, root string, want artifact.Components,
 	if err != nil {
 		return true, invalid(fmt.Errorf("artifacts verify: --root: %w", err))
 	}
+	hashed := artifact.BytesHashed()
 	st := &artifact.Stager{Layout: l, Want: want, Arch: arch, PlainHTTP: plainHTTP}
 	dir := l.OnRoot(src)
 	if strings.HasPrefix(src, artifact.OCIScheme) {
@@ -257,7 +258,7 @@ func verifyQuick(cmd *cobra.Command, src, root string, want artifact.Components,
 		fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: artifacts verify: %s: does not verify\n", dir)
 		return true, &exitError{code: ExitFailure, err: errSilent}
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%d bytes hashed)\n", dir, v, artifact.BytesHashed())
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%d bytes hashed)\n", dir, v, artifact.BytesHashed()-hashed)
 	return true, nil
 }
 
