@@ -64,6 +64,18 @@ func (v Verification) String() string {
 	return "verified (unchanged since " + v.Since.UTC().Format(time.RFC3339) + ")"
 }
 
+// bundleKey is dir with its links resolved: what the record and this
+// process's verification are kept under. Preflight opens a bundle by its
+// resolved path and staging by the configured one; keyed by the path as
+// given, a bundle reached through a link (/srv/bundles/current) would be
+// hashed again by one of them on every run.
+func bundleKey(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
+}
+
 // recordPath is the record of bundle dir (a path this process opens),
 // named by the dir's digest so that any path maps to one file name.
 func (s *Stager) recordPath(dir string) (host, onRoot string) {

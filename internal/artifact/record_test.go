@@ -108,3 +108,29 @@ func TestVerificationRecordNoStateDir(t *testing.T) {
 		t.Errorf("state dir made: %v", err)
 	}
 }
+
+// A bundle reached through a link is one bundle: preflight opens it by
+// its resolved path and staging by the configured one, and neither hashes
+// it again once the other did (issue 20: a linked bundle dir was hashed
+// by preflight on every converged run).
+func TestVerificationRecordThroughLink(t *testing.T) {
+	ctx := context.Background()
+	dir := builtBundle(t)
+	link := filepath.Join(t.TempDir(), "current")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	s := recordStager(t, "")
+	if _, err := s.VerifyQuick(ctx, dir); err != nil { // preflight: resolved
+		t.Fatal(err)
+	}
+	var err error
+	if n := hashedBy(func() { err = s.Verify(ctx, link) }); err != nil || n != 0 { // stage: as configured
+		t.Errorf("same process through the link: %v, %d bytes hashed", err, n)
+	}
+	next := recordStager(t, s.Layout.Root())
+	var v Verification
+	if n := hashedBy(func() { v, err = next.VerifyQuick(ctx, link) }); err != nil || v.Now || n != 0 {
+		t.Errorf("next process through the link: %+v %v, %d bytes hashed", v, err, n)
+	}
+}

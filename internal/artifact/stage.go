@@ -254,18 +254,19 @@ func (s *Stager) Inspect(ctx context.Context, ref string) error {
 // process already did, or its verification record says it was, and no
 // file of it changed since (device, inode, size, mtime, ctime).
 func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
-	if v := s.verified; v != nil && v.dir == dir && v.want == s.Want {
+	key := bundleKey(dir)
+	if v := s.verified; v != nil && v.dir == key && v.want == s.Want {
 		if cur, err := stampBundle(dir); err == nil && slices.Equal(cur, v.stamp) {
 			return v.manifest, nil
 		}
 	}
 	s.verified = nil
-	if m, rec, ok := s.fromRecord(dir); ok {
+	if m, rec, ok := s.fromRecord(key); ok {
 		mp := filepath.Join(dir, ManifestName)
 		if ps := append(versionProblems(m, mp, s.Want, s.arch()), layoutProblems(m, mp)...); len(ps) > 0 {
 			return nil, Problems(ps)
 		}
-		s.verified = &verifiedBundle{dir: dir, want: s.Want, stamp: rec.Files, manifest: m, how: Verification{Since: rec.VerifiedAt}}
+		s.verified = &verifiedBundle{dir: key, want: s.Want, stamp: rec.Files, manifest: m, how: Verification{Since: rec.VerifiedAt}}
 		return m, nil
 	}
 	// Before hashing: a change during it breaks the stamp and the record.
@@ -274,12 +275,12 @@ func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
 	start := time.Now()
 	m, ps := VerifyFor(ctx, dir, s.Want, s.arch())
 	if len(ps) > 0 {
-		s.dropRecord(dir)
+		s.dropRecord(key)
 		return nil, Problems(ps)
 	}
 	s.log().Debug("verified bundle", "dir", dir, "files", len(m.Files)+len(m.Legal), "duration", time.Since(start).Round(time.Millisecond))
 	if stampErr == nil && sumErr == nil {
-		s.verified = &verifiedBundle{dir: dir, want: s.Want, stamp: stamp, manifest: m, how: Verification{Since: start, Now: true}, manifestSum: sum}
+		s.verified = &verifiedBundle{dir: key, want: s.Want, stamp: stamp, manifest: m, how: Verification{Since: start, Now: true}, manifestSum: sum}
 		s.recordVerified()
 	}
 	return m, nil
