@@ -186,7 +186,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	}
 	t.Logf("BENCH converged-rerun source=%s duration=%v bytes-hashed=%d", kind, second.Round(time.Millisecond), hashed)
 	if !sc.oci {
-		e.checkConvergedFileURL(t, h, sc)
+		e.checkConvergedSources(t, h, sc)
 	}
 	idleCPU(t, h, pid)
 	e.checkPowerCutRecovery(t, h, sc)
@@ -294,11 +294,12 @@ func (e *env) checkConverged(t *testing.T, h *aclhost.Host, sc scenario) (time.D
 	if !strings.Contains(out, "nothing changed") {
 		t.Errorf("second start did not report convergence:\n%s", out)
 	}
-	m := hashedRE.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("second start did not say how many bytes it hashed:\n%s", out)
+	n := int64(-1)
+	if m := hashedRE.FindStringSubmatch(out); m != nil {
+		n, _ = strconv.ParseInt(m[1], 10, 64)
+	} else {
+		t.Errorf("second start did not say how many bytes it hashed:\n%s", out)
 	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
 	if !strings.Contains(out, "verified (unchanged since ") && !sc.oci {
 		t.Errorf("second start's preflight did not find the bundle unchanged:\n%s", out)
 	}
@@ -307,21 +308,30 @@ func (e *env) checkConverged(t *testing.T, h *aclhost.Host, sc scenario) (time.D
 
 var hashedRE = regexp.MustCompile(`nothing changed \([^,]+, (\d+) bytes hashed\)`)
 
-// checkConvergedFileURL: the same bundle named as file:///path is the
-// same bundle: a start with it is converged too and hashes nothing again.
-// The config is put back afterwards.
-func (e *env) checkConvergedFileURL(t *testing.T, h *aclhost.Host, sc scenario) {
-	cfg := e.config(sc, func(_, _, bootstrap map[string]any) {
-		bootstrap["offlineArtifacts"] = map[string]any{"source": "file:///var/lib/aks-flex-node-test/bundle"}
-	})
-	if err := h.WriteFile("/etc/aks-flex-node/config.json", cfg, 0o600); err != nil {
-		t.Fatal(err)
+// checkConvergedSources: the same bundle named as file:///path, or
+// through a link to its directory (/srv/bundles/current, say), is the
+// same bundle: a start with either is converged too and hashes nothing
+// again. The config is put back and the link removed afterwards.
+func (e *env) checkConvergedSources(t *testing.T, h *aclhost.Host, sc scenario) {
+	h.RunOK(t, "ln", "-sfn", "bundle", "/var/lib/aks-flex-node-test/bundle-current")
+	defer h.RunOK(t, "rm", "-f", "/var/lib/aks-flex-node-test/bundle-current")
+	for _, src := range []struct{ kind, source string }{
+		{"file", "file:///var/lib/aks-flex-node-test/bundle"},
+		{"local-link", "/var/lib/aks-flex-node-test/bundle-current"},
+	} {
+		cfg := e.config(sc, func(_, _, bootstrap map[string]any) {
+			bootstrap["offlineArtifacts"] = map[string]any{"source": src.source}
+		})
+		if err := h.WriteFile("/etc/aks-flex-node/config.json", cfg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The applied state records the config, so the first start with
+		// the new source writes that; the one after it is the converged
+		// re-run.
+		e.start(t, h, sc, src.kind+"-first")
+		d, n := e.checkConverged(t, h, sc)
+		t.Logf("BENCH converged-rerun source=%s duration=%v bytes-hashed=%d", src.kind, d.Round(time.Millisecond), n)
 	}
-	// The applied state records the config, so the first start with the
-	// new source writes that; the one after it is the converged re-run.
-	e.start(t, h, sc, "file-url-first")
-	d, n := e.checkConverged(t, h, sc)
-	t.Logf("BENCH converged-rerun source=file duration=%v bytes-hashed=%d", d.Round(time.Millisecond), n)
 	if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
