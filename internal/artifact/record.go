@@ -31,7 +31,7 @@ import (
 const RecordDir = "verified"
 
 type record struct {
-	// Dir is the bundle dir as this process opened it.
+	// Dir is the bundle dir, links resolved (bundleKey).
 	Dir string `json:"dir"`
 	// Manifest is the SHA-256 of manifest.json as it was verified.
 	Manifest   string      `json:"manifestSHA256"`
@@ -39,13 +39,15 @@ type record struct {
 	Files      []fileStamp `json:"files"`
 }
 
-// hashedBytes counts every byte this process hashed (verification,
-// install comparisons, builds): what `start` reports, so a converged
-// re-run can be seen to hash nothing.
+// hashedBytes counts every byte this package hashed in this process
+// (bundle verification, install comparisons, pulls, builds): what `start`
+// reports, so a converged re-run can be seen to hash nothing. The worker
+// image's layers are hashed elsewhere (package machine), only when a
+// machine is provisioned.
 var hashedBytes atomic.Int64
 
-// BytesHashed is how many bytes this process has streamed through
-// SHA-256 so far.
+// BytesHashed is how many bytes this package has streamed through
+// SHA-256 in this process so far.
 func BytesHashed() int64 { return hashedBytes.Load() }
 
 // Verification is how a bundle came to be trusted in this process.
