@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 // recordStager is a Stager for dir's bundle on a root with a state dir,
@@ -132,5 +134,19 @@ func TestVerificationRecordThroughLink(t *testing.T) {
 	var v Verification
 	if n := hashedBy(func() { v, err = next.VerifyQuick(ctx, link) }); err != nil || v.Now || n != 0 {
 		t.Errorf("next process through the link: %+v %v, %d bytes hashed", v, err, n)
+	}
+	// Installed from the dir, the bundle named by its link is installed
+	// already: nothing is hashed to compare installed files.
+	if err := os.MkdirAll(s.MachineRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Install(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	third := recordStager(t, s.Layout.Root())
+	third.MachineRoot = s.MachineRoot
+	var res task.Result
+	if n := hashedBy(func() { res, err = third.Install(ctx, link) }); err != nil || res.Changed || n != 0 {
+		t.Errorf("install through the link: %+v %v, %d bytes hashed", res, err, n)
 	}
 }

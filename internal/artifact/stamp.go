@@ -192,7 +192,7 @@ func (s *Stager) Unchanged(bundleDir string) bool {
 		return false
 	}
 	var old stampFile
-	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleDir || old.Want != s.Want {
+	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleKey(bundleDir) || old.Want != s.Want {
 		return false
 	}
 	cur, err := s.stampComponents(bundleDir)
@@ -212,7 +212,7 @@ func (s *Stager) saveStamp(bundleDir string) error {
 	// changed after install read it then breaks the stamp.
 	var files []fileStamp
 	var err error
-	if v := s.verified; v != nil && v.dir == bundleDir && v.want == s.Want {
+	if v := s.verified; v != nil && v.dir == bundleKey(bundleDir) && v.want == s.Want {
 		files, err = s.withInstalled(v.stamp)
 	} else {
 		files, err = s.stampComponents(bundleDir)
@@ -220,7 +220,7 @@ func (s *Stager) saveStamp(bundleDir string) error {
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(stampFile{Bundle: bundleDir, Want: s.Want, Files: files})
+	data, err := json.Marshal(stampFile{Bundle: bundleKey(bundleDir), Want: s.Want, Files: files})
 	if err != nil {
 		return err
 	}
