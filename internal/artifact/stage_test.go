@@ -76,7 +76,8 @@ func TestStageOCI(t *testing.T) {
 	if !st.Pulled || !strings.HasPrefix(dir, l.OnRoot("/var/lib/aks-flex-node/bundles/oci-")) {
 		t.Fatalf("staged %+v, want pulled under the state dir", st)
 	}
-	if len(tracked) != 2 || tracked[0] != l.BundlesDir() || l.OnRoot(tracked[1]) != dir {
+	// Then the verification record (record.go).
+	if len(tracked) != 4 || tracked[0] != l.BundlesDir() || l.OnRoot(tracked[1]) != dir || tracked[2] != l.StateDir()+"/"+RecordDir {
 		t.Errorf("tracked %q before creating %s", tracked, dir)
 	}
 	if ps := Verify(ctx, dir, testComponents); len(ps) > 0 {

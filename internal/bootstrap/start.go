@@ -156,10 +156,14 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
 		s.progressf("machine %s runs worker image %s (%s)", s.machine.Name, s.opts.Config.Bootstrap.OCIImage, d)
 	}
+	// Bundle bytes hashed are counted, not estimated: a converged run
+	// should hash none (the bundle's verification record,
+	// artifact/record.go).
+	hashed := artifact.BytesHashed()
 	if changed {
-		s.progressf("node %s joined in %v", name, time.Since(start).Round(time.Millisecond))
+		s.progressf("node %s joined in %v (%d bytes hashed)", name, time.Since(start).Round(time.Millisecond), hashed)
 	} else {
-		s.progressf("node %s already joined: nothing changed (%v)", name, time.Since(start).Round(time.Millisecond))
+		s.progressf("node %s already joined: nothing changed (%v, %d bytes hashed)", name, time.Since(start).Round(time.Millisecond), hashed)
 	}
 	return changed, nil
 }

@@ -238,6 +238,7 @@ func TestStartVerifiesBundleOnce(t *testing.T) {
 	}
 	// A converged re-run does not verify it again either.
 	logs.Reset()
+	hashed := artifact.BytesHashed()
 	s2 := testStart(t, root, "/srv/bundle", &logs)
 	if err := s2.Stager().Verify(ctx, dir); err != nil {
 		t.Fatal(err)
@@ -250,6 +251,9 @@ func TestStartVerifiesBundleOnce(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "verified bundle"); n != 0 {
 		t.Errorf("converged re-run verified the bundle %d times", n)
+	}
+	if n := artifact.BytesHashed() - hashed; n != 0 {
+		t.Errorf("converged re-run hashed %d bytes, want 0", n)
 	}
 	// A bundle file changed since the converged run breaks the stamp and
 	// is verified again, and refused.
