@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -44,14 +45,41 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 		changed = changed || ch
 		files = append(files, f.Path)
 	}
-	for _, p := range staleFiles(o) {
+	identity := c.Azure.BootstrapToken == nil
+	for _, p := range staleFiles(o, identity) {
 		removed, err := fsutil.RemoveIfExists(filepath.Join(machineRoot, p))
 		if err != nil {
 			return changed, files, fmt.Errorf("remove %s in machine %s: %w", p, machineRoot, err)
 		}
 		changed = changed || removed
 	}
+	if !identity {
+		// The kubelet writes kubelet.conf itself after its TLS bootstrap;
+		// one that runs the plugin is what an identity join left, and the
+		// kubelet would take it over the bootstrap token.
+		removed, err := removePluginKubeconfig(filepath.Join(machineRoot, KubeletKubeconf))
+		if err != nil {
+			return changed, files, fmt.Errorf("remove %s in machine %s: %w", KubeletKubeconf, machineRoot, err)
+		}
+		changed = changed || removed
+	}
 	return changed, files, nil
+}
+
+// removePluginKubeconfig removes path when it is the kubeconfig that runs
+// the credential plugin.
+func removePluginKubeconfig(path string) (bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !bytes.Contains(data, []byte(CredentialPlugin)) {
+		return false, nil
+	}
+	return fsutil.RemoveIfExists(path)
 }
 
 // writeSymlink makes path a symlink to target unless it already is one. A
