@@ -114,6 +114,7 @@ Agent-owned files live under the install prefix declared in the config
 		newAgentUpgradeCommand(),
 		newStatusCommand(),
 		newTokenCommand(),
+		newClusterCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

@@ -86,7 +86,7 @@ func tokenSource(path, dir string, configGiven bool) (*identity.Source, error) {
 	}
 	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile("/"))
 	if err == nil && ok {
-		err = identity.CheckConfigFile("/", path, c.Azure.ServicePrincipal)
+		err = identity.CheckConfigFile(path, c.Azure.ServicePrincipal)
 	}
 	switch {
 	case errors.Is(err, identity.ErrLooseSecretFile):

@@ -73,16 +73,12 @@ func CheckSecretFileInfo(p string, fi fs.FileInfo) error {
 
 // CheckConfigFile refuses a config file that holds a client secret when
 // others may read it or root does not own it, as a certificate file is
-// refused. path is a host path on root.
-func CheckConfigFile(root, path string, sp *config.ServicePrincipal) error {
+// refused. path is the file as this process opens it.
+func CheckConfigFile(path string, sp *config.ServicePrincipal) error {
 	if sp == nil || sp.ClientSecret == "" {
 		return nil
 	}
-	host, err := fsroot.Resolve(root, path)
-	if err != nil {
-		return err
-	}
-	fi, err := os.Stat(host)
+	fi, err := os.Stat(path)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -60,6 +61,17 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
+
+	// FetchToken gets a token for an identity; nil asks its endpoint
+	// (identity.Fetch). Tests substitute it.
+	FetchToken func(ctx context.Context, s identity.Spec) (identity.Token, error)
+
+	// The identity's token, fetched on first use (see identityToken).
+	idOnce  sync.Once
+	idSpec  identity.Spec
+	idToken identity.Token
+	idOK    bool
+	idErr   error
 
 	// The API server client, made on first use (see apiClient).
 	apiOnce sync.Once
