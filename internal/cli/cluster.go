@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,7 +27,9 @@ func newClusterCommand() *cobra.Command {
 	return cmd
 }
 
-var guidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+var guidRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+})
 
 func newClusterPrepareCommand() *cobra.Command {
 	var bootstrap bool
@@ -75,7 +78,7 @@ nothing but the token's expiry.
 				objs = clusterprep.BootstrapTokenObjects(tok, expires)
 				header = fmt.Sprintf("aks-flex-node cluster prepare --bootstrap-token: token %s (valid until %s) and its bindings.\nApply with: kubectl apply -f <this file>", tok.ID, expires.UTC().Format(time.RFC3339))
 			default:
-				if !guidRE.MatchString(objectID) {
+				if !guidRE().MatchString(objectID) {
 					return invalidf("--identity %q: want the identity's object ID, a GUID", objectID)
 				}
 				// Entra writes object IDs in lowercase, and the username

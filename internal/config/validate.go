@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -32,14 +33,21 @@ func (es ValidationErrors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
+// The rules' regular expressions are compiled on first use, not at
+// init: every run of the binary pays for init, and the credential plugin
+// the kubelet runs (token kubelogin) validates no config.
 var (
-	bootstrapTokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
-	guidRE           = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	aksResourceIDRE  = regexp.MustCompile(`(?i)^/subscriptions/([^/]+)/resourceGroups/([-\w\._\(\)]+)/providers/Microsoft\.ContainerService/managedClusters/([A-Za-z0-9][-_A-Za-z0-9]{0,62})$`)
-	agentPoolRE      = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
-	versionRE        = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-	azureNameRE      = regexp.MustCompile(`^[-\w\._\(\)]{1,90}$`)
+	bootstrapTokenRE = lazyRE(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+	guidRE           = lazyRE(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	aksResourceIDRE  = lazyRE(`(?i)^/subscriptions/([^/]+)/resourceGroups/([-\w\._\(\)]+)/providers/Microsoft\.ContainerService/managedClusters/([A-Za-z0-9][-_A-Za-z0-9]{0,62})$`)
+	agentPoolRE      = lazyRE(`^[a-z][a-z0-9]{0,11}$`)
+	versionRE        = lazyRE(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
 )
+
+// lazyRE compiles expr once, when first asked for.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // BootstrapTokenFormat is the human form of the token rule.
 const BootstrapTokenFormat = "<6 lowercase alphanumerics>.<16 lowercase alphanumerics>"
@@ -74,7 +82,7 @@ func Validate(c *Config) ValidationErrors {
 	}
 	v.apiServer(&c.Node.Kubelet, method)
 	v.kubelet(&c.Node.Kubelet)
-	if !versionRE.MatchString(c.NPD.Version) {
+	if !versionRE().MatchString(c.NPD.Version) {
 		v.add("npd.version", "%q is not a version like v1.2.3", c.NPD.Version)
 	}
 	return v.errs
@@ -101,10 +109,10 @@ func azureMethods(a *Azure) []string {
 
 // azureIdentities checks the IDs, names and endpoints under azure.
 func (v *validator) azureIdentities(a *Azure) {
-	if a.SubscriptionID != "" && !guidRE.MatchString(a.SubscriptionID) {
+	if a.SubscriptionID != "" && !guidRE().MatchString(a.SubscriptionID) {
 		v.add("azure.subscriptionId", "%q is not a GUID", a.SubscriptionID)
 	}
-	if a.TenantID != "" && !guidRE.MatchString(a.TenantID) {
+	if a.TenantID != "" && !guidRE().MatchString(a.TenantID) {
 		v.add("azure.tenantId", "%q is not a GUID", a.TenantID)
 	}
 	if !contains(knownClouds, a.Cloud) {
@@ -115,14 +123,14 @@ func (v *validator) azureIdentities(a *Azure) {
 			v.add("azure.resourceManagerEndpoint", "%q must be an https URL", a.ResourceManagerEndpoint)
 		}
 	}
-	if a.TargetAgentPoolName != "" && !agentPoolRE.MatchString(a.TargetAgentPoolName) {
+	if a.TargetAgentPoolName != "" && !agentPoolRE().MatchString(a.TargetAgentPoolName) {
 		v.add("azure.targetAgentPoolName", "%q must be 1-12 lowercase alphanumerics starting with a letter", a.TargetAgentPoolName)
 	}
-	if a.BootstrapToken != nil && !bootstrapTokenRE.MatchString(a.BootstrapToken.Token) {
+	if a.BootstrapToken != nil && !bootstrapTokenRE().MatchString(a.BootstrapToken.Token) {
 		// Never echo the value: it is a credential.
 		v.add("azure.bootstrapToken.token", "must be %s", BootstrapTokenFormat)
 	}
-	if mi := a.ManagedIdentity; mi != nil && mi.ClientID != "" && !guidRE.MatchString(mi.ClientID) {
+	if mi := a.ManagedIdentity; mi != nil && mi.ClientID != "" && !guidRE().MatchString(mi.ClientID) {
 		v.add("azure.managedIdentity.clientId", "%q is not a GUID", mi.ClientID)
 	}
 	if a.AuthorityHost != "" {
@@ -140,10 +148,10 @@ func (v *validator) servicePrincipal(a *Azure, sp *ServicePrincipal) {
 	switch {
 	case sp.TenantID == "" && a.TenantID == "":
 		v.add("azure.servicePrincipal.tenantId", "is required with a service principal (or set azure.tenantId)")
-	case sp.TenantID != "" && !guidRE.MatchString(sp.TenantID):
+	case sp.TenantID != "" && !guidRE().MatchString(sp.TenantID):
 		v.add("azure.servicePrincipal.tenantId", "%q is not a GUID", sp.TenantID)
 	}
-	if !guidRE.MatchString(sp.ClientID) {
+	if !guidRE().MatchString(sp.ClientID) {
 		v.add("azure.servicePrincipal.clientId", "%q is not a GUID", sp.ClientID)
 	}
 	switch p := sp.ClientCertificatePath; {
@@ -191,9 +199,9 @@ func (v *validator) azureAuth(a *Azure, methods []string) {
 		v.add("azure", "exactly one authentication method may be set, found %s", strings.Join(methods, ", "))
 	}
 	if id := a.TargetCluster.ResourceID; id != "" {
-		if m := aksResourceIDRE.FindStringSubmatch(id); m == nil {
+		if m := aksResourceIDRE().FindStringSubmatch(id); m == nil {
 			v.add("azure.targetCluster.resourceId", "%q is not an AKS resource ID; want /subscriptions/<id>/resourceGroups/<group>/providers/Microsoft.ContainerService/managedClusters/<name>", id)
-		} else if !guidRE.MatchString(m[1]) {
+		} else if !guidRE().MatchString(m[1]) {
 			v.add("azure.targetCluster.resourceId", "subscription %q is not a GUID", m[1])
 		}
 	}
@@ -226,7 +234,7 @@ func (v *validator) components(c *Components) {
 		{"components.containerd", c.Containerd},
 		{"components.runc", c.Runc},
 	} {
-		if !versionRE.MatchString(f.v) {
+		if !versionRE().MatchString(f.v) {
 			v.add(f.path, "%q is not a version like 1.2.3", f.v)
 		}
 	}
@@ -264,7 +272,7 @@ func (v *validator) networking(n *Networking) {
 	if ip := net.ParseIP(n.DNSServiceIP); ip == nil {
 		v.add("networking.dnsServiceIP", "%q is not an IP address", n.DNSServiceIP)
 	}
-	if !versionRE.MatchString(n.CNIVersion) {
+	if !versionRE().MatchString(n.CNIVersion) {
 		v.add("networking.cniVersion", "%q is not a version like 1.2.3", n.CNIVersion)
 	}
 }

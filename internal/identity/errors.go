@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
@@ -24,7 +25,8 @@ func (e *FetchError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Spec, e.Detail)
 }
 
-var aadstsRE = regexp.MustCompile(`AADSTS[0-9]+`)
+// aadstsRE is compiled on first use: the plugin runs once per token.
+var aadstsRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`AADSTS[0-9]+`) })
 
 // describe says what a failed token request got back, quoting the
 // endpoint's own error: an OAuth2 or IMDS error body carries "error" and
@@ -78,7 +80,7 @@ func oneLine(msg string) string {
 
 // fetchErrorCode fills e.Code from its detail.
 func fetchErrorCode(e *FetchError) *FetchError {
-	e.Code = aadstsRE.FindString(e.Detail)
+	e.Code = aadstsRE().FindString(e.Detail)
 	return e
 }
 
