@@ -26,8 +26,10 @@ and refuse on any error before touching the host; prepare the host (kernel
 modules, sysctls, swap off, layout dirs); provision the machine kube1 from
 bootstrap.ociImage; install the node components from the offline bundle or
 upstream, verified; write the machine's nspawn files, containerd, kubelet and
-CNI config; start it; wait for the kubelet's TLS bootstrap and for the Node to
-be Ready; save the applied state and start aks-flex-node-agent.service.
+CNI config; start it; wait for the kubelet's TLS bootstrap (with a bootstrap
+token; with an Azure identity the kubelet signs in through the credential
+plugin, token kubelogin) and for the Node to be Ready; save the applied state
+and start aks-flex-node-agent.service.
 
 A second start on a converged host changes nothing and says so.
 
@@ -48,6 +50,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			}
 			c, err := config.Parse(path, data)
 			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: the config is invalid; nothing was changed")
 				return invalid(fmt.Errorf("start: %w", err))
 			}
 			l, err := c.Layout("/", path)
