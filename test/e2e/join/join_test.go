@@ -21,6 +21,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/entratest"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/e2e/netlab"
 	"github.com/Azure/aks-flex-node/test/fixtures"
@@ -87,7 +88,7 @@ type env struct {
 	// tamperedDir is a local copy of the bundle with the kubelet changed.
 	tamperedDir string
 	// entra is the fake Entra tenant whose tokens the API server accepts.
-	entra *entra
+	entra *entratest.Entra
 }
 
 func TestJoin(t *testing.T) {
@@ -106,9 +107,9 @@ func TestJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.net = netlab.New(t)
-	e.entra = startEntra(t, e.net)
+	e.entra = entratest.Start(t, e.net)
 	if e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: e.binDir, WorkDir: t.TempDir(), AdvertiseAddress: e.net.Outer, Logf: t.Logf,
-		AuthenticationConfig: e.entra.tenant.AuthenticationConfiguration(aksServerID)}); err != nil {
+		AuthenticationConfig: e.entra.AuthenticationConfig()}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -211,7 +212,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 			t.Fatal(err)
 		}
 	case "sp-cert":
-		if err := h.WriteFile(spCertPath, e.entra.spCertPEM, 0o600); err != nil {
+		if err := h.WriteFile(entratest.SPCertPath, e.entra.SPCertPEM, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.again, nil), 0o600); err != nil {
@@ -260,7 +261,7 @@ func (e *env) bootHost(t *testing.T, sc scenario) *aclhost.Host {
 		must(h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755))
 	}
 	must(h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.auth, nil), 0o600))
-	e.entra.trust(t, h)
+	e.entra.Trust(t, h)
 	return h
 }
 
@@ -400,9 +401,9 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 	}
 	// IMDS answers now, for an identity the cluster has no RBAC for yet:
 	// cluster-access names what the kubelet would be refused.
-	e.entra.serveIMDS(t, e.net)
+	e.entra.ServeIMDS(t, e.net)
 	e.refuse(t, h, "identity without RBAC", "/etc/aks-flex-node/config.json", "[ERROR cluster-access]")
-	if stdout, _, _ := h.Run(e.ctx, "/root/dist/aks-flex-node", "preflight"); !strings.Contains(stdout, "may not create nodes") || !strings.Contains(stdout, "cluster prepare --identity "+e.entra.msi.ObjectID) {
+	if stdout, _, _ := h.Run(e.ctx, "/root/dist/aks-flex-node", "preflight"); !strings.Contains(stdout, "may not create nodes") || !strings.Contains(stdout, "cluster prepare --identity "+e.entra.MSI.ObjectID) {
 		t.Errorf("preflight without RBAC does not name the missing permission and the remedy:\n%s", stdout)
 	}
 	// `artifacts verify` on the host says the same about the tampered
@@ -443,7 +444,7 @@ func (e *env) spRefusals(t *testing.T, h *aclhost.Host, sc scenario) {
 			p.azure["servicePrincipal"].(map[string]any)["clientCertificatePath"] = "/root/sp-0644.pem"
 		}, "/root/sp-0644.pem has mode 0644"},
 	}
-	if err := h.WriteFile("/root/sp-0644.pem", e.entra.spCertPEM, 0o644); err != nil {
+	if err := h.WriteFile("/root/sp-0644.pem", e.entra.SPCertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for i, tc := range cases {
