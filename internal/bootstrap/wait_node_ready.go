@@ -44,7 +44,7 @@ func (t *waitNodeReady) Name() string { return "wait-node-ready" }
 func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
 	var kc *rest.Config
 	var err error
-	if t.config.Azure.BootstrapToken == nil {
+	if t.config.Azure.Identity() {
 		kc, err = IdentityRestConfig(t.config, t.machine.Layout)
 	} else {
 		kc, err = hostKubeconfig(filepath.Join(t.machine.Root(), node.KubeletKubeconf), t.machine.Root())

@@ -30,7 +30,7 @@ type waitTLSBootstrap struct {
 // in place. A node that joins with an Azure identity has no TLS
 // bootstrap (its kubelet signs in with tokens); the task says so.
 func WaitTLSBootstrap(m Machine, c *config.Config, timeout time.Duration) task.Task {
-	return &waitTLSBootstrap{machine: m, timeout: timeout, identity: c.Azure.BootstrapToken == nil}
+	return &waitTLSBootstrap{machine: m, timeout: timeout, identity: c.Azure.Identity()}
 }
 
 func (t *waitTLSBootstrap) Name() string { return "wait-tls-bootstrap" }

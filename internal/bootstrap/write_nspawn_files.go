@@ -37,15 +37,14 @@ func WriteNspawnFiles(h Host, m Machine, o machine.Options, changed *task.Output
 // cache it shares with the host); and for Arc the dir where the Arc agent
 // writes the key its challenge names. None with a bootstrap token.
 func IdentityBinds(l layout.Layout, c *config.Config) []machine.Bind {
-	a := &c.Azure
-	if a.ManagedIdentity == nil && a.ServicePrincipal == nil && (a.Arc == nil || !a.Arc.Enabled) {
+	if !c.Azure.Identity() {
 		return nil
 	}
 	binds := []machine.Bind{
 		{Source: l.LibDir(), Dest: node.HostAgentLibDir, ReadOnly: true},
 		{Source: l.IdentityDir(), Dest: node.HostIdentityDir},
 	}
-	if a.Arc != nil && a.Arc.Enabled {
+	if c.Azure.Method() == config.MethodArc {
 		binds = append(binds, machine.Bind{Source: identity.ArcKeyDir, Dest: identity.ArcKeyDir, ReadOnly: true})
 	}
 	return binds

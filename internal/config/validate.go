@@ -88,6 +88,30 @@ func Validate(c *Config) ValidationErrors {
 	return v.errs
 }
 
+// The authentication methods, as Azure.Method names them (their keys).
+const (
+	MethodBootstrapToken   = "bootstrapToken"
+	MethodManagedIdentity  = "managedIdentity"
+	MethodServicePrincipal = "servicePrincipal"
+	MethodArc              = "arc"
+)
+
+// Method is how the node signs in: one of the Method constants, the
+// first set (validation allows exactly one), or "" for none.
+func (a *Azure) Method() string {
+	if ms := azureMethods(a); len(ms) > 0 {
+		return strings.TrimPrefix(ms[0], "azure.")
+	}
+	return ""
+}
+
+// Identity says the node signs in with an Azure identity (not a
+// bootstrap token): its kubelet uses the credential plugin.
+func (a *Azure) Identity() bool {
+	m := a.Method()
+	return m != "" && m != MethodBootstrapToken
+}
+
 // azureMethods names the authentication methods set, in the order
 // messages list them.
 func azureMethods(a *Azure) []string {

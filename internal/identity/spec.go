@@ -9,9 +9,9 @@ import (
 
 // Methods, as the config names them.
 const (
-	MethodManagedIdentity  = "managedIdentity"
-	MethodServicePrincipal = "servicePrincipal"
-	MethodArc              = "arc"
+	MethodManagedIdentity  = config.MethodManagedIdentity
+	MethodServicePrincipal = config.MethodServicePrincipal
+	MethodArc              = config.MethodArc
 )
 
 // AKSServerID is the application ID of the AKS AAD server, the audience
@@ -67,12 +67,13 @@ type Spec struct {
 // mode 0600 owned by root.
 func FromConfig(c *config.Config, read SecretFileReader) (s Spec, ok bool, err error) {
 	a := &c.Azure
-	switch {
-	case a.ManagedIdentity != nil:
+	switch a.Method() {
+	case MethodManagedIdentity:
 		return Spec{Method: MethodManagedIdentity, ClientID: a.ManagedIdentity.ClientID}, true, nil
-	case a.Arc != nil && a.Arc.Enabled:
+	case MethodArc:
 		return Spec{Method: MethodArc}, true, nil
-	case a.ServicePrincipal == nil:
+	case MethodServicePrincipal:
+	default:
 		return Spec{}, false, nil
 	}
 	sp := a.ServicePrincipal

@@ -215,7 +215,7 @@ func newInputs(c *config.Config, o Options) (*inputs, error) {
 	if c.Azure.BootstrapToken != nil {
 		in.token = c.Azure.BootstrapToken.Token
 	}
-	in.identity = c.Azure.ManagedIdentity != nil || c.Azure.ServicePrincipal != nil || (c.Azure.Arc != nil && c.Azure.Arc.Enabled)
+	in.identity = c.Azure.Identity()
 	in.serverID = AKSServerID
 	switch {
 	case in.server == "":

@@ -45,7 +45,7 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 		changed = changed || ch
 		files = append(files, f.Path)
 	}
-	identity := c.Azure.BootstrapToken == nil
+	identity := c.Azure.Identity()
 	for _, p := range staleFiles(o, identity) {
 		removed, err := fsutil.RemoveIfExists(filepath.Join(machineRoot, p))
 		if err != nil {
