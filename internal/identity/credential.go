@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -20,6 +18,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/AzureAD/microsoft-authentication-library-for-go/apps/managedidentity"
 	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 // RequestTimeout bounds one token request; Retries more are made on a
@@ -31,36 +31,37 @@ const (
 
 // Options shape how tokens are requested.
 type Options struct {
-	// HTTPClient sends the requests. nil makes one without a proxy (IMDS
-	// and the Arc endpoint are local; the kubelet's plugin, inside the
-	// machine, has no proxy settings either, and preflight must vouch
-	// for the path it takes) that trusts Spec.RootCAs, or the system's
-	// roots when that is empty.
+	// HTTPClient sends the requests; nil is the transport policy's client
+	// for s (see httpClient). Tests substitute it.
 	HTTPClient *http.Client
 }
 
-// httpClient is o's client for s.
+// tokenLimits bound each token request: the kubelet waits for the plugin.
+var tokenLimits = transport.Limits{Connect: RequestTimeout, TLSHandshake: RequestTimeout, ResponseHeader: RequestTimeout, Idle: RequestTimeout, Total: 2 * RequestTimeout}
+
+// httpClient is o's client for s: the one transport policy (https; plain
+// HTTP only to loopback, where the Arc agent listens, and for a managed
+// identity to IMDS, which only speaks plain HTTP on its link-local
+// address), trusting Spec.RootCAs or else the system's roots.
 func (o Options) httpClient(s Spec) (*http.Client, error) {
 	if o.HTTPClient != nil {
 		return o.HTTPClient, nil
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	p := transport.Policy{Limits: tokenLimits}
+	if s.Method == MethodManagedIdentity {
+		p.PlainHTTPHost, p.OptIn = imdsHost, "azure.managedIdentity (IMDS answers plain HTTP only)"
+	}
 	if len(s.RootCAs) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(s.RootCAs) {
+		p.RootCAs = x509.NewCertPool()
+		if !p.RootCAs.AppendCertsFromPEM(s.RootCAs) {
 			return nil, errors.New("the trusted roots copied from the host hold no certificate")
 		}
-		tlsConfig.RootCAs = pool
 	}
-	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: RequestTimeout}).DialContext,
-		TLSClientConfig:       tlsConfig,
-		TLSHandshakeTimeout:   RequestTimeout,
-		ResponseHeaderTimeout: RequestTimeout,
-	}
-	return &http.Client{Transport: tr, Timeout: RequestTimeout}, nil
+	return p.Client(), nil
 }
+
+// imdsHost is IMDS's address.
+const imdsHost = "169.254.169.254"
 
 func (o Options) clientOptions(s Spec) (azcore.ClientOptions, error) {
 	hc, err := o.httpClient(s)

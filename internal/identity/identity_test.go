@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/transport"
 	"github.com/Azure/aks-flex-node/test/fakeentra"
 	"github.com/Azure/aks-flex-node/test/fakeimds"
 )
@@ -387,6 +388,29 @@ func TestIdentityDir(t *testing.T) {
 	for _, f := range []string{dir + "/identity.json", dir + "/roots.pem"} {
 		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v %v", f, fi, err)
+		}
+	}
+}
+
+// Token requests go through the one transport policy: plain HTTP only to
+// loopback (the Arc agent) and, for a managed identity, to IMDS.
+func TestTokenRequestsFollowTheTransportPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		url    string
+	}{
+		{MethodServicePrincipal, "http://login.example.test/t/oauth2/v2.0/token"},
+		{MethodManagedIdentity, "http://169.254.169.253/metadata/identity/oauth2/token"},
+		{MethodArc, "http://10.1.2.3:40342/metadata/identity/oauth2/token"},
+	} {
+		c, err := Options{}.httpClient(Spec{Method: tc.method})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Get(tc.url)
+		var refused *transport.RefusedError
+		if !errors.As(err, &refused) {
+			t.Errorf("%s: GET %s: %v, want the policy's refusal", tc.method, tc.url, err)
 		}
 	}
 }

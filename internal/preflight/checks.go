@@ -15,6 +15,7 @@ const (
 	NameDiskSpace          = "disk-space"
 	NameExistingDeployment = "existing-deployment"
 	NameArtifactSources    = "artifact-sources"
+	NameWorkerImage        = "worker-image"
 	NameAPIServerReachable = "api-server-reachable"
 	NameBootstrapToken     = "bootstrap-token"
 	NameNodeName           = "node-name"
@@ -47,6 +48,7 @@ var DefaultNames = []string{
 	NameDiskSpace,
 	NameExistingDeployment,
 	NameArtifactSources,
+	NameWorkerImage,
 	NameAPIServerReachable,
 	NameBootstrapToken,
 	NameIdentity,
@@ -91,6 +93,7 @@ func Checks(env *Env) []Check {
 		diskSpaceCheck(env),
 		existingDeploymentCheck(env),
 		artifactSourcesCheck(env),
+		workerImageCheck(env),
 		apiServerReachableCheck(env),
 		bootstrapTokenCheck(env),
 		identityCheck(env),
