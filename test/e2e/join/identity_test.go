@@ -105,3 +105,43 @@ func (e *env) refuse(t *testing.T, h *aclhost.Host, name, path, want string) {
 		}
 	}
 }
+
+// checkPluginFollowsUpgrade: the kubelet's credential plugin is the host's
+// current agent slot, bound into the machine; after agent-upgrade the
+// machine runs the new binary, and the node stays Ready on its tokens.
+func (e *env) checkPluginFollowsUpgrade(t *testing.T, h *aclhost.Host, sc scenario) {
+	const v2 = "v1.0.1-e2e"
+	bin := e.dist + "/aks-flex-node-" + v2
+	buildAgentVersion(t, bin, v2)
+	if err := h.CopyIn(bin, "/root/dist/aks-flex-node-v2", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plugin := "nsenter -t $(machinectl show kube1 -p Leader --value) -m -- /opt/aks-flex-node-host/lib/current version"
+	if out := h.ShellOK(t, plugin); !strings.Contains(out, "v1.0.0-e2e") {
+		t.Errorf("the plugin in the machine before the upgrade: %s", out)
+	}
+	h.RunOK(t, sc.agent, "agent-upgrade", "--binary", "/root/dist/aks-flex-node-v2", "--sha256", sha256File(t, bin))
+	if out := h.ShellOK(t, plugin); !strings.Contains(out, v2) {
+		t.Errorf("the plugin in the machine after agent-upgrade to %s: %s", v2, out)
+	}
+	// A token through the upgraded plugin, as the kubelet asks for one.
+	out := h.ShellOK(t, "nsenter -t $(machinectl show kube1 -p Leader --value) -m -n -- /opt/aks-flex-node-host/lib/current token kubelogin --identity-dir /opt/aks-flex-node-host/identity")
+	if !strings.Contains(out, `"kind":"ExecCredential"`) || !strings.Contains(out, `"token":"ey`) {
+		t.Errorf("token kubelogin in the machine: %s", out)
+	}
+}
+
+// checkNoSecrets: the service principal's secret is in no journal (the
+// host's, the machine's) and in no process's command line.
+func (e *env) checkNoSecrets(t *testing.T, h *aclhost.Host, sc scenario) {
+	secret := e.entra.SP.Secret
+	for what, cmd := range map[string]string{
+		"the host's journal":    "journalctl --no-pager -o cat",
+		"the machine's journal": "journalctl --no-pager -o cat -D /var/lib/machines/kube1/var/log/journal",
+		"the process list":      "ps -eo args",
+	} {
+		if out := h.ShellOK(t, cmd); strings.Contains(out, secret) {
+			t.Errorf("%s holds the service principal's secret", what)
+		}
+	}
+}

@@ -32,8 +32,10 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
-func buildAgent(t *testing.T, out string) {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version=v1.0.0-e2e", "./cmd/aks-flex-node")
+func buildAgent(t *testing.T, out string) { buildAgentVersion(t, out, "v1.0.0-e2e") }
+
+func buildAgentVersion(t *testing.T, out, version string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version="+version, "./cmd/aks-flex-node")
 	cmd.Dir = repoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -198,7 +200,11 @@ func (e *env) run(t *testing.T, sc scenario) {
 	_, first := e.start(t, h, sc, "first")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
 	e.checkJoined(t, h, sc)
+	e.checkNoSecrets(t, h, sc)
 	second := e.checkConverged(t, h, sc)
+	if sc.auth == "msi" {
+		e.checkPluginFollowsUpgrade(t, h, sc)
+	}
 	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
 	rss, _, _ := h.Run(e.ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
 	t.Logf("BENCH scenario=%s auth=%s join=%v converged-rerun=%v agent-%s", sc.name, sc.auth, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
