@@ -133,6 +133,9 @@ func TestJoin(t *testing.T) {
 		}
 		t.Run(sc.name, func(t *testing.T) { e.run(t, sc) })
 	}
+	if only == "" || only == crashScenario.name {
+		t.Run(crashScenario.name, e.crash)
+	}
 }
 
 // cfgParts are the sections a config edit may change.
