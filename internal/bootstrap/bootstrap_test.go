@@ -33,7 +33,9 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 	mk("/opt/aks-flex-node/lib/helper.sh", false)
 	mk("/var/lib/aks-flex-node/install-record", false)
 	mk("/var/log/aks-flex-node/agent.log", false)
-	if err := NewTracker(l).Add("/etc/sysctl.d/90-aks-flex-node.conf", "/etc/sysctl.d", "/opt/aks-flex-node/lib", "/var/log/aks-flex-node", "/var/lib/aks-flex-node"); err != nil {
+	mk("/var/lib/aks-flex-node/identity/identity.json", false)   // secrets, and
+	mk("/var/lib/aks-flex-node/identity/tokens/abc.json", false) // tokens the plugin cached
+	if err := NewTracker(l).Add("/etc/sysctl.d/90-aks-flex-node.conf", "/etc/sysctl.d", "/opt/aks-flex-node/lib", "/var/log/aks-flex-node", "/var/lib/aks-flex-node", "/var/lib/aks-flex-node/identity"); err != nil {
 		t.Fatal(err)
 	}
 	remove := RemoveTrackedPaths(l, slog.New(slog.DiscardHandler))
@@ -41,7 +43,7 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 	if err != nil || !res.Changed {
 		t.Fatalf("removeTracked: %v %v", res, err)
 	}
-	for _, gone := range []string{"/etc/sysctl.d/90-aks-flex-node.conf", "/opt/aks-flex-node/lib/helper.sh", "/var/log/aks-flex-node", "/var/lib/aks-flex-node/" + state.TrackerFile} {
+	for _, gone := range []string{"/etc/sysctl.d/90-aks-flex-node.conf", "/opt/aks-flex-node/lib/helper.sh", "/var/log/aks-flex-node", "/var/lib/aks-flex-node/identity", "/var/lib/aks-flex-node/" + state.TrackerFile} {
 		if _, err := os.Lstat(l.OnRoot(gone)); !os.IsNotExist(err) {
 			t.Errorf("%s not removed (%v)", gone, err)
 		}

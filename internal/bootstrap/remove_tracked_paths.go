@@ -31,7 +31,8 @@ type removeTrackedPaths struct {
 
 // RemoveTrackedPaths returns the task that removes every path start
 // tracked, deepest first: files, directories that are ours wholesale,
-// directories that are empty once ours are gone. It keeps the agent
+// directories that are empty once ours are gone (the identity dir, with
+// its token cache, is ours wholesale). It keeps the agent
 // binary's slots, links and recovery script, and the install record.
 func RemoveTrackedPaths(l layout.Layout, log *slog.Logger) task.Task {
 	return &removeTrackedPaths{layout: l, log: log}
@@ -78,7 +79,7 @@ func (t *removeTrackedPaths) remove(hp string) (bool, error) {
 		return false, err
 	}
 	// Owned wholesale: everything inside is ours.
-	owned := hp == l.LogDir() || hp == l.BundlesDir() || hp == l.MachineStateDir() || strings.HasPrefix(hp, l.BundlesDir()+"/")
+	owned := hp == l.LogDir() || hp == l.BundlesDir() || hp == l.MachineStateDir() || hp == l.IdentityDir() || strings.HasPrefix(hp, l.BundlesDir()+"/")
 	removed := true
 	switch {
 	case !fi.IsDir():

@@ -98,7 +98,8 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	staged := task.NewOutput[artifact.Staged]("stage-node-components")
 	components := task.NewOutput[bool]("install-node-components")
 	nodeConfig := task.NewOutput[bool]("write-node-config")
-	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode}
+	nspawnFiles := task.NewOutput[bool]("write-nspawn-files")
+	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode, Binds: IdentityBinds(s.opts.Layout, c)}
 	return []task.Phase{
 		{Name: "stage", Tasks: []task.Task{
 			StageNodeComponents(s.stager, staged),
@@ -112,14 +113,16 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		{Name: "machine", Tasks: []task.Task{
 			ProvisionMachine(h, m, s.provisioner, c.Bootstrap.OCIImage, s.opts.ConfigFile, s.opts.Log),
 			InstallNodeComponents(s.stager, staged, components),
-			WriteNspawnFiles(h, m, nspawnOpts),
+			SeedAgentSlots(h),
+			WriteIdentity(h, c),
+			WriteNspawnFiles(h, m, nspawnOpts, nspawnFiles),
 			WriteNodeConfig(m, c, cgroupMode, nodeConfig),
-			StartMachine(m, components, nodeConfig),
+			StartMachine(m, nspawnFiles, components, nodeConfig),
 			ImportImages(m),
 		}},
 		{Name: "join", Tasks: []task.Task{
-			WaitTLSBootstrap(m, s.opts.JoinTimeout),
-			WaitNodeReady(m, c.Agent.NodeName, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
+			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
+			WaitNodeReady(m, c, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData),

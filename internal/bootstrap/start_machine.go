@@ -12,6 +12,9 @@ import (
 
 type startMachine struct {
 	machine Machine
+	// rebootIf is what write-nspawn-files changed: the machine's settings
+	// (its binds) apply at boot, so a running machine is rebooted.
+	rebootIf *task.Output[bool]
 	// restartIf are what install-node-components and write-node-config
 	// changed: a machine that already runs must restart containerd and
 	// the kubelet to pick up new components or config.
@@ -19,10 +22,11 @@ type startMachine struct {
 }
 
 // StartMachine returns the task that boots the machine and waits until it
-// runs; when it already runs, it restarts containerd and the kubelet in
-// it if any of restartIf is true, and otherwise leaves it alone.
-func StartMachine(m Machine, restartIf ...*task.Output[bool]) task.Task {
-	return &startMachine{machine: m, restartIf: restartIf}
+// runs; when it already runs, it reboots it if rebootIf is true, restarts
+// containerd and the kubelet in it if any of restartIf is true, and
+// otherwise leaves it alone.
+func StartMachine(m Machine, rebootIf *task.Output[bool], restartIf ...*task.Output[bool]) task.Task {
+	return &startMachine{machine: m, rebootIf: rebootIf, restartIf: restartIf}
 }
 
 func (t *startMachine) Name() string { return "start-machine" }
@@ -33,11 +37,24 @@ func (t *startMachine) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		return task.Result{}, err
 	}
-	if st == "active" {
+	reboot, err := t.rebootIf.Get()
+	if err != nil {
+		return task.Result{}, err
+	}
+	if st == "active" && !reboot {
 		return t.restartNode(ctx)
 	}
+	if st == "active" {
+		if err := m.Control.Stop(ctx, m.Name); err != nil {
+			return task.Result{}, fmt.Errorf("stop machine %s to apply its new settings: %w", m.Name, err)
+		}
+	}
 	// systemd must see the drop-in before the machine's unit starts.
-	if err := systemd.NewManager("/").DaemonReload(ctx); err != nil {
+	mgr := systemd.NewManager("/")
+	if m.Control.Run != nil {
+		mgr.Exec = m.Control.Run
+	}
+	if err := mgr.DaemonReload(ctx); err != nil {
 		return task.Result{}, err
 	}
 	if err := m.Control.Start(ctx, m.Name); err != nil {
@@ -47,7 +64,11 @@ func (t *startMachine) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		return task.Result{Changed: true}, fmt.Errorf("machine %s did not boot: %w; %s", m.Name, err, m.logHint("systemd-nspawn@"+m.Name))
 	}
-	return task.Result{Changed: true, Detail: "machine " + state}, nil
+	detail := "machine " + state
+	if st == "active" {
+		detail = "rebooted for its new settings: " + detail
+	}
+	return task.Result{Changed: true, Detail: detail}, nil
 }
 
 func (t *startMachine) restartNode(ctx context.Context) (task.Result, error) {

@@ -31,7 +31,7 @@ func TestStartAndResetTaskNames(t *testing.T) {
 	want := []string{
 		"stage: stage-node-components",
 		"host: create-layout-dirs,load-kernel-modules,apply-sysctls,disable-swap",
-		"machine: provision-machine,install-node-components,write-nspawn-files,write-node-config,start-machine,import-images",
+		"machine: provision-machine,install-node-components,seed-agent-slots,write-identity,write-nspawn-files,write-node-config,start-machine,import-images",
 		"join: wait-tls-bootstrap,wait-node-ready",
 		"finish: save-state,install-agent-service,write-joined-marker",
 	}
@@ -72,7 +72,7 @@ func TestStartMachineRestartsOnlyOnChange(t *testing.T) {
 		components, nodeConfig := task.NewOutput[bool]("install-node-components"), task.NewOutput[bool]("write-node-config")
 		components.Set(tc.components)
 		nodeConfig.Set(tc.config)
-		res, err := StartMachine(NewMachine(l, layout.MachineBlue, run), components, nodeConfig).Do(context.Background())
+		res, err := StartMachine(NewMachine(l, layout.MachineBlue, run), unchanged("write-nspawn-files"), components, nodeConfig).Do(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,9 +83,49 @@ func TestStartMachineRestartsOnlyOnChange(t *testing.T) {
 	}
 	// An input whose producer did not run is a wiring bug, named.
 	run := func(context.Context, string, ...string) ([]byte, error) { return []byte("ActiveState=active\n"), nil }
-	_, err := StartMachine(NewMachine(l, layout.MachineBlue, run), task.NewOutput[bool]("install-node-components")).Do(context.Background())
+	_, err := StartMachine(NewMachine(l, layout.MachineBlue, run), unchanged("write-nspawn-files"), task.NewOutput[bool]("install-node-components")).Do(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "install-node-components did not run") {
 		t.Fatalf("unset input: %v", err)
+	}
+}
+
+func unchanged(name string) *task.Output[bool] {
+	o := task.NewOutput[bool](name)
+	o.Set(false)
+	return o
+}
+
+// New machine settings (binds) apply at boot: a running machine whose
+// .nspawn file changed is powered off and started again.
+func TestStartMachineRebootsForNewSettings(t *testing.T) {
+	l, _ := layout.New(t.TempDir(), "", "")
+	state := "active"
+	var calls []string
+	run := func(_ context.Context, name string, args ...string) ([]byte, error) {
+		calls = append(calls, name+" "+strings.Join(args, " "))
+		switch {
+		case name == "systemctl" && args[0] == "show":
+			return []byte("ActiveState=" + state + "\n"), nil
+		case name == "machinectl" && args[0] == "poweroff":
+			state = "inactive"
+		case name == "machinectl" && args[0] == "start":
+			state = "active"
+		case name == "machinectl" && args[0] == "show":
+			return []byte("1234\n"), nil
+		}
+		return []byte("running\n"), nil
+	}
+	m := NewMachine(l, layout.MachineBlue, run)
+	m.Control.Poll = time.Millisecond
+	nspawn := task.NewOutput[bool]("write-nspawn-files")
+	nspawn.Set(true)
+	res, err := StartMachine(m, nspawn, unchanged("install-node-components")).Do(context.Background())
+	got := strings.Join(calls, "\n")
+	if err != nil {
+		t.Fatalf("%v; %d calls", err, len(calls))
+	}
+	if !res.Changed || !strings.Contains(got, "machinectl poweroff kube1") || !strings.Contains(got, "machinectl start kube1") || !strings.Contains(got, "systemctl daemon-reload") {
+		t.Errorf("changed=%v, calls:\n%s", res.Changed, got)
 	}
 }
 

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,24 +13,29 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/identity"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 type waitNodeReady struct {
 	machine  Machine
+	config   *config.Config
 	nodeName string
 	timeout  time.Duration
 	progress func(string)
 }
 
 // WaitNodeReady returns the task that waits, up to timeout, for the Node
-// nodeName to be Ready, asking the API server with the kubelet's own
-// credentials (a node may read its own Node object). progress, when set,
-// is told each new state seen.
-func WaitNodeReady(m Machine, nodeName string, timeout time.Duration, progress func(string)) task.Task {
-	return &waitNodeReady{machine: m, nodeName: nodeName, timeout: timeout, progress: progress}
+// agent.nodeName to be Ready, asking the API server with the kubelet's own
+// credentials (a node may read its own Node object): its client
+// certificate, or with an Azure identity a token for that identity.
+// progress, when set, is told each new state seen.
+func WaitNodeReady(m Machine, c *config.Config, timeout time.Duration, progress func(string)) task.Task {
+	return &waitNodeReady{machine: m, config: c, nodeName: c.Agent.NodeName, timeout: timeout, progress: progress}
 }
 
 func (t *waitNodeReady) Name() string { return "wait-node-ready" }
@@ -38,7 +44,13 @@ func (t *waitNodeReady) Name() string { return "wait-node-ready" }
 const maxKubeconfigFile = 1 << 20
 
 func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
-	kc, err := hostKubeconfig(node.KubeletKubeconf, t.machine.Root())
+	var kc *rest.Config
+	var err error
+	if t.config.Azure.Identity() {
+		kc, err = IdentityRestConfig(t.config, t.machine.Layout)
+	} else {
+		kc, err = hostKubeconfig(node.KubeletKubeconf, t.machine.Root())
+	}
 	if err != nil {
 		return task.Result{}, err
 	}
@@ -138,4 +150,25 @@ func hostKubeconfig(path, machineRoot string) (*rest.Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rc, nil
+}
+
+// IdentityRestConfig is a client config for the API server in c that signs
+// each request with a token for c's Azure identity, from the host's token
+// cache (the one the kubelet's plugin shares).
+func IdentityRestConfig(c *config.Config, l layout.Layout) (*rest.Config, error) {
+	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("config %s has no Azure identity", l.ConfigFile())
+	}
+	src := &identity.Source{Spec: s, Cache: identity.DirCache(l.OnRoot(l.IdentityDir()))}
+	return &rest.Config{
+		Host:            c.Node.Kubelet.ClusterFQDN,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM()},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return &identity.Transport{Source: src, Resource: identity.AKSServerID, Base: rt}
+		},
+	}, nil
 }

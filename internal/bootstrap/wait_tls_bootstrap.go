@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -18,21 +19,26 @@ import (
 const kubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 
 type waitTLSBootstrap struct {
-	machine Machine
-	timeout time.Duration
+	machine  Machine
+	timeout  time.Duration
+	identity bool
 }
 
 // WaitTLSBootstrap returns the task that waits, up to timeout, for the
 // kubelet's TLS bootstrap to finish: the kubelet writes its kubeconfig
 // early, and the bootstrap is done when the issued client certificate is
-// in place.
-func WaitTLSBootstrap(m Machine, timeout time.Duration) task.Task {
-	return &waitTLSBootstrap{machine: m, timeout: timeout}
+// in place. A node that joins with an Azure identity has no TLS
+// bootstrap (its kubelet signs in with tokens); the task says so.
+func WaitTLSBootstrap(m Machine, c *config.Config, timeout time.Duration) task.Task {
+	return &waitTLSBootstrap{machine: m, timeout: timeout, identity: c.Azure.Identity()}
 }
 
 func (t *waitTLSBootstrap) Name() string { return "wait-tls-bootstrap" }
 
 func (t *waitTLSBootstrap) Do(ctx context.Context) (task.Result, error) {
+	if t.identity {
+		return task.Result{Detail: "none: the kubelet signs in with an Azure identity"}, nil
+	}
 	cert := filepath.Join(t.machine.Root(), kubeletClientCert)
 	if err := waitFile(ctx, cert, 250*time.Millisecond, t.timeout); err != nil {
 		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, kubeletClientCert, err, t.machine.logHint("kubelet"))

@@ -6,7 +6,11 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/identity"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -14,12 +18,36 @@ type writeNspawnFiles struct {
 	host    Host
 	machine Machine
 	opts    machine.Options
+	changed *task.Output[bool]
 }
 
 // WriteNspawnFiles returns the task that writes the machine's .nspawn file
-// and its systemd-nspawn@ drop-in (machine.WriteFiles).
-func WriteNspawnFiles(h Host, m Machine, o machine.Options) task.Task {
-	return &writeNspawnFiles{host: h, machine: m, opts: o}
+// and its systemd-nspawn@ drop-in (machine.WriteFiles), and reports
+// through changed whether either changed: their settings (binds among
+// them) apply when the machine boots, so start-machine reboots a running
+// machine then.
+func WriteNspawnFiles(h Host, m Machine, o machine.Options, changed *task.Output[bool]) task.Task {
+	return &writeNspawnFiles{host: h, machine: m, opts: o, changed: changed}
+}
+
+// IdentityBinds are the host dirs a node that joins with an Azure
+// identity needs inside its machine: the agent's lib dir, read-only (the
+// credential plugin is its current slot, so an agent upgrade upgrades
+// it); the identity dir (what the plugin signs in with, and the token
+// cache it shares with the host); and for Arc the dir where the Arc agent
+// writes the key its challenge names. None with a bootstrap token.
+func IdentityBinds(l layout.Layout, c *config.Config) []machine.Bind {
+	if !c.Azure.Identity() {
+		return nil
+	}
+	binds := []machine.Bind{
+		{Source: l.LibDir(), Dest: node.HostAgentLibDir, ReadOnly: true},
+		{Source: l.IdentityDir(), Dest: node.HostIdentityDir},
+	}
+	if c.Azure.Method() == config.MethodArc {
+		binds = append(binds, machine.Bind{Source: identity.ArcKeyDir, Dest: identity.ArcKeyDir, ReadOnly: true})
+	}
+	return binds
 }
 
 func (t *writeNspawnFiles) Name() string { return "write-nspawn-files" }
@@ -37,5 +65,6 @@ func (t *writeNspawnFiles) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	changed, err := machine.WriteFiles(l, name, t.opts)
+	t.changed.Set(changed)
 	return task.Result{Changed: changed}, err
 }

@@ -15,7 +15,7 @@ func newConfigCommand() *cobra.Command {
 		Use:   "config",
 		Short: "Inspect and validate the configuration file",
 	}
-	cmd.AddCommand(newConfigViewCommand(), newConfigValidateCommand())
+	cmd.AddCommand(newConfigViewCommand(), newConfigValidateCommand(), newConfigGenerateCommand())
 	return cmd
 }
 

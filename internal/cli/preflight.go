@@ -17,8 +17,9 @@ func newPreflightCommand() *cobra.Command {
 		Long: `Run every preflight check against this host and the config: user, OS,
 install layout (agent.hostPrefix), host tools, systemd, cgroups, swap, kernel
 modules, disk space, an earlier install, offline artifacts, the worker image
-(resolved under the transport policy), the API server,
-the bootstrap token, and the provisioning payloads the host received (Azure
+(resolved under the transport policy), the API server, the bootstrap token
+or the Azure identity (a token from its endpoint, not cached), what the
+cluster lets the kubelet's credential do, and the provisioning payloads the host received (Azure
 customData, IMDS userData: an Ignition config on a host that does not run
 Ignition, or one that installs the agent under /usr on ACL, is an error). Checks run concurrently; output is in a fixed order.
 

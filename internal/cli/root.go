@@ -113,6 +113,8 @@ Agent-owned files live under the install prefix declared in the config
 		newArtifactsCommand(),
 		newAgentUpgradeCommand(),
 		newStatusCommand(),
+		newTokenCommand(),
+		newClusterCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)

@@ -25,8 +25,10 @@ and refuse on any error before touching the host; prepare the host (kernel
 modules, sysctls, swap off, layout dirs); provision the machine kube1 from
 bootstrap.ociImage; install the node components from the offline bundle or
 upstream, verified; write the machine's nspawn files, containerd, kubelet and
-CNI config; start it; wait for the kubelet's TLS bootstrap and for the Node to
-be Ready; save the applied state and start aks-flex-node-agent.service.
+CNI config; start it; wait for the kubelet's TLS bootstrap (with a bootstrap
+token; with an Azure identity the kubelet signs in through the credential
+plugin, token kubelogin) and for the Node to be Ready; save the applied state
+and start aks-flex-node-agent.service.
 
 A second start on a converged host changes nothing and says so.
 
@@ -47,15 +49,16 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			}
 			data, err := config.ReadFile(path)
 			var ie *config.InvalidError
+			// One line, which also says the host is untouched.
 			if errors.As(err, &ie) {
-				return invalid(fmt.Errorf("start: %w", err))
+				return invalid(fmt.Errorf("start: %w; nothing was changed", err))
 			}
 			if err != nil {
 				return fmt.Errorf("start: config: %w", err)
 			}
 			c, err := config.Parse(path, data)
 			if err != nil {
-				return invalid(fmt.Errorf("start: %w", err))
+				return invalid(fmt.Errorf("start: %w; nothing was changed", err))
 			}
 			l, err := c.Layout("/", path)
 			if err != nil {

@@ -202,3 +202,16 @@ func (c *Config) CAPEM() []byte {
 	data, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(c.Node.Kubelet.CACertData))
 	return data
 }
+
+// authorityHost is a Microsoft Entra authority host: an https URL with a
+// host and nothing but an optional path (the tenant is appended to it).
+func authorityHost(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || u.Scheme != "https" || u.Host == "":
+		return "must be an https URL such as https://login.microsoftonline.us/"
+	case u.User != nil, u.RawQuery != "", u.Fragment != "":
+		return "must not carry user info, a query or a fragment"
+	}
+	return ""
+}

@@ -21,16 +21,20 @@ type Config struct {
 }
 
 type Azure struct {
-	SubscriptionID          string            `json:"subscriptionId,omitempty"`
-	TenantID                string            `json:"tenantId,omitempty"`
-	Cloud                   string            `json:"cloud,omitempty"`
-	ResourceManagerEndpoint string            `json:"resourceManagerEndpoint,omitempty"`
-	TargetAgentPoolName     string            `json:"targetAgentPoolName,omitempty"`
-	BootstrapToken          *BootstrapToken   `json:"bootstrapToken,omitempty"`
-	ManagedIdentity         *ManagedIdentity  `json:"managedIdentity,omitempty"`
-	ServicePrincipal        *ServicePrincipal `json:"servicePrincipal,omitempty"`
-	Arc                     *Arc              `json:"arc,omitempty"`
-	TargetCluster           TargetCluster     `json:"targetCluster"`
+	SubscriptionID          string `json:"subscriptionId,omitempty"`
+	TenantID                string `json:"tenantId,omitempty"`
+	Cloud                   string `json:"cloud,omitempty"`
+	ResourceManagerEndpoint string `json:"resourceManagerEndpoint,omitempty"`
+	TargetAgentPoolName     string `json:"targetAgentPoolName,omitempty"`
+	// AuthorityHost is the Microsoft Entra authority a service principal
+	// signs in at, for sovereign and private clouds; empty takes the
+	// authority of Cloud.
+	AuthorityHost    string            `json:"authorityHost,omitempty"`
+	BootstrapToken   *BootstrapToken   `json:"bootstrapToken,omitempty"`
+	ManagedIdentity  *ManagedIdentity  `json:"managedIdentity,omitempty"`
+	ServicePrincipal *ServicePrincipal `json:"servicePrincipal,omitempty"`
+	Arc              *Arc              `json:"arc,omitempty"`
+	TargetCluster    TargetCluster     `json:"targetCluster"`
 }
 
 type BootstrapToken struct {
@@ -41,12 +45,21 @@ type ManagedIdentity struct {
 	ClientID string `json:"clientId,omitempty"`
 }
 
+// ServicePrincipal signs in with exactly one of a client secret and a
+// client certificate file (PEM, or PKCS#12 ending in .pfx or .p12, with
+// the private key and no password; mode 0600, owned by root).
 type ServicePrincipal struct {
-	TenantID     string `json:"tenantId"`
-	ClientID     string `json:"clientId"`
-	ClientSecret string `json:"clientSecret"`
+	// TenantID defaults to azure.tenantId.
+	TenantID              string `json:"tenantId,omitempty"`
+	ClientID              string `json:"clientId"`
+	ClientSecret          string `json:"clientSecret,omitempty"`
+	ClientCertificatePath string `json:"clientCertificatePath,omitempty"`
 }
 
+// Arc, when enabled, takes the identity of the Azure Arc agent already
+// connected on the host (its local identity endpoint). The other keys are
+// upstream's Arc registration, which aks-flex-node does not do; validation
+// refuses them by name.
 type Arc struct {
 	Enabled       bool              `json:"enabled"`
 	MachineName   string            `json:"machineName,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -32,14 +33,21 @@ func (es ValidationErrors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
+// The rules' regular expressions are compiled on first use, not at
+// init: every run of the binary pays for init, and the credential plugin
+// the kubelet runs (token kubelogin) validates no config.
 var (
-	bootstrapTokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
-	guidRE           = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	aksResourceIDRE  = regexp.MustCompile(`(?i)^/subscriptions/([^/]+)/resourceGroups/([-\w\._\(\)]+)/providers/Microsoft\.ContainerService/managedClusters/([A-Za-z0-9][-_A-Za-z0-9]{0,62})$`)
-	agentPoolRE      = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
-	versionRE        = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-	azureNameRE      = regexp.MustCompile(`^[-\w\._\(\)]{1,90}$`)
+	bootstrapTokenRE = lazyRE(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+	guidRE           = lazyRE(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	aksResourceIDRE  = lazyRE(`(?i)^/subscriptions/([^/]+)/resourceGroups/([-\w\._\(\)]+)/providers/Microsoft\.ContainerService/managedClusters/([A-Za-z0-9][-_A-Za-z0-9]{0,62})$`)
+	agentPoolRE      = lazyRE(`^[a-z][a-z0-9]{0,11}$`)
+	versionRE        = lazyRE(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
 )
+
+// lazyRE compiles expr once, when first asked for.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // BootstrapTokenFormat is the human form of the token rule.
 const BootstrapTokenFormat = "<6 lowercase alphanumerics>.<16 lowercase alphanumerics>"
@@ -66,19 +74,51 @@ func Validate(c *Config) ValidationErrors {
 	v.bootstrap(&c.Bootstrap)
 	v.networking(&c.Networking)
 	v.node(&c.Node)
-	// Without Azure there is nowhere else to learn the API server from.
-	v.apiServer(&c.Node.Kubelet, c.Azure.BootstrapToken != nil && len(methods) == 0)
+	// Nothing learns the API server from Azure yet (no cluster
+	// discovery), so every method needs it in the config.
+	method := ""
+	if len(methods) > 0 {
+		method = methods[0]
+	}
+	v.apiServer(&c.Node.Kubelet, method)
 	v.kubelet(&c.Node.Kubelet)
-	if !versionRE.MatchString(c.NPD.Version) {
+	if !versionRE().MatchString(c.NPD.Version) {
 		v.add("npd.version", "%q is not a version like v1.2.3", c.NPD.Version)
 	}
 	return v.errs
 }
 
-// azureMethods names the Azure authentication methods set, in the order
-// messages list them. A bootstrap token is not one: it combines with any.
+// The authentication methods, as Azure.Method names them (their keys).
+const (
+	MethodBootstrapToken   = "bootstrapToken"
+	MethodManagedIdentity  = "managedIdentity"
+	MethodServicePrincipal = "servicePrincipal"
+	MethodArc              = "arc"
+)
+
+// Method is how the node signs in: one of the Method constants, the
+// first set (validation allows exactly one), or "" for none.
+func (a *Azure) Method() string {
+	if ms := azureMethods(a); len(ms) > 0 {
+		return strings.TrimPrefix(ms[0], "azure.")
+	}
+	return ""
+}
+
+// Identity says the node signs in with an Azure identity (not a
+// bootstrap token): its kubelet uses the credential plugin.
+func (a *Azure) Identity() bool {
+	m := a.Method()
+	return m != "" && m != MethodBootstrapToken
+}
+
+// azureMethods names the authentication methods set, in the order
+// messages list them.
 func azureMethods(a *Azure) []string {
 	var ms []string
+	if a.BootstrapToken != nil {
+		ms = append(ms, "azure.bootstrapToken")
+	}
 	if a.ManagedIdentity != nil {
 		ms = append(ms, "azure.managedIdentity")
 	}
@@ -93,10 +133,10 @@ func azureMethods(a *Azure) []string {
 
 // azureIdentities checks the IDs, names and endpoints under azure.
 func (v *validator) azureIdentities(a *Azure) {
-	if a.SubscriptionID != "" && !guidRE.MatchString(a.SubscriptionID) {
+	if a.SubscriptionID != "" && !guidRE().MatchString(a.SubscriptionID) {
 		v.add("azure.subscriptionId", "%q is not a GUID", a.SubscriptionID)
 	}
-	if a.TenantID != "" && !guidRE.MatchString(a.TenantID) {
+	if a.TenantID != "" && !guidRE().MatchString(a.TenantID) {
 		v.add("azure.tenantId", "%q is not a GUID", a.TenantID)
 	}
 	if !contains(knownClouds, a.Cloud) {
@@ -107,63 +147,85 @@ func (v *validator) azureIdentities(a *Azure) {
 			v.add("azure.resourceManagerEndpoint", "%q must be an https URL", a.ResourceManagerEndpoint)
 		}
 	}
-	if a.TargetAgentPoolName != "" && !agentPoolRE.MatchString(a.TargetAgentPoolName) {
+	if a.TargetAgentPoolName != "" && !agentPoolRE().MatchString(a.TargetAgentPoolName) {
 		v.add("azure.targetAgentPoolName", "%q must be 1-12 lowercase alphanumerics starting with a letter", a.TargetAgentPoolName)
 	}
-	if a.BootstrapToken != nil && !bootstrapTokenRE.MatchString(a.BootstrapToken.Token) {
+	if a.BootstrapToken != nil && !bootstrapTokenRE().MatchString(a.BootstrapToken.Token) {
 		// Never echo the value: it is a credential.
 		v.add("azure.bootstrapToken.token", "must be %s", BootstrapTokenFormat)
 	}
-	if mi := a.ManagedIdentity; mi != nil && mi.ClientID != "" && !guidRE.MatchString(mi.ClientID) {
+	if mi := a.ManagedIdentity; mi != nil && mi.ClientID != "" && !guidRE().MatchString(mi.ClientID) {
 		v.add("azure.managedIdentity.clientId", "%q is not a GUID", mi.ClientID)
 	}
+	if a.AuthorityHost != "" {
+		if msg := authorityHost(a.AuthorityHost); msg != "" {
+			v.add("azure.authorityHost", "%q %s", a.AuthorityHost, msg)
+		}
+	}
 	if sp := a.ServicePrincipal; sp != nil {
-		if !guidRE.MatchString(sp.TenantID) {
-			v.add("azure.servicePrincipal.tenantId", "%q is not a GUID", sp.TenantID)
-		}
-		if !guidRE.MatchString(sp.ClientID) {
-			v.add("azure.servicePrincipal.clientId", "%q is not a GUID", sp.ClientID)
-		}
-		if sp.ClientSecret == "" {
-			v.add("azure.servicePrincipal.clientSecret", "is required with a service principal")
-		}
+		v.servicePrincipal(a, sp)
 	}
 }
 
-// azureArc checks azure.arc when it is enabled.
+// servicePrincipal checks the tenant, the client and its one credential.
+func (v *validator) servicePrincipal(a *Azure, sp *ServicePrincipal) {
+	switch {
+	case sp.TenantID == "" && a.TenantID == "":
+		v.add("azure.servicePrincipal.tenantId", "is required with a service principal (or set azure.tenantId)")
+	case sp.TenantID != "" && !guidRE().MatchString(sp.TenantID):
+		v.add("azure.servicePrincipal.tenantId", "%q is not a GUID", sp.TenantID)
+	}
+	if !guidRE().MatchString(sp.ClientID) {
+		v.add("azure.servicePrincipal.clientId", "%q is not a GUID", sp.ClientID)
+	}
+	switch p := sp.ClientCertificatePath; {
+	case sp.ClientSecret == "" && p == "":
+		v.add("azure.servicePrincipal", "needs a credential: set clientSecret or clientCertificatePath")
+	case sp.ClientSecret != "" && p != "":
+		// Never echo the secret.
+		v.add("azure.servicePrincipal", "set clientSecret or clientCertificatePath, not both")
+	case p != "" && !isAbsClean(p):
+		v.add("azure.servicePrincipal.clientCertificatePath", "%q must be an absolute, clean path", p)
+	}
+}
+
+// azureArc refuses upstream's Arc registration keys by name: with
+// azure.arc.enabled the agent uses the identity of an Arc agent that is
+// already connected; it registers nothing, so these keys would do nothing.
 func (v *validator) azureArc(a *Azure) {
-	if a.Arc == nil || !a.Arc.Enabled {
+	if a.Arc == nil {
 		return
 	}
-	if a.Arc.ResourceGroup == "" {
-		v.add("azure.arc.resourceGroup", "is required when azure.arc.enabled is true")
-	} else if !azureNameRE.MatchString(a.Arc.ResourceGroup) {
-		v.add("azure.arc.resourceGroup", "%q is not a valid resource group name", a.Arc.ResourceGroup)
-	}
-	if a.Arc.Location == "" {
-		v.add("azure.arc.location", "is required when azure.arc.enabled is true")
-	}
-	if a.Arc.MachineName != "" && !azureNameRE.MatchString(a.Arc.MachineName) {
-		v.add("azure.arc.machineName", "%q is not a valid Azure resource name", a.Arc.MachineName)
+	const why = "registers the machine with Azure Arc in upstream AKS Flex Node; aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
+	for _, k := range []struct {
+		key string
+		set bool
+	}{
+		{"machineName", a.Arc.MachineName != ""},
+		{"resourceGroup", a.Arc.ResourceGroup != ""},
+		{"location", a.Arc.Location != ""},
+		{"tags", len(a.Arc.Tags) > 0},
+	} {
+		if k.set {
+			v.add("azure.arc."+k.key, "%s", why)
+		}
 	}
 }
 
-// azureAuth checks that one way to join is set and, with Azure, which
-// cluster to join.
+// azureAuth checks that exactly one way to join is set. A bootstrap token
+// next to an Azure identity would never be used (the kubelet takes the
+// identity), so the two are not combined.
 func (v *validator) azureAuth(a *Azure, methods []string) {
 	switch {
-	case len(methods) == 0 && a.BootstrapToken == nil:
-		v.add("azure", "no authentication method: set azure.bootstrapToken, azure.managedIdentity, azure.servicePrincipal or azure.arc")
+	case len(methods) == 0:
+		v.add("azure", "no authentication method: set one of azure.bootstrapToken, azure.managedIdentity, azure.servicePrincipal or azure.arc")
 	case len(methods) > 1:
-		v.add("azure", "at most one Azure authentication method may be set, found %s (a bootstrap token may be combined with one)", strings.Join(methods, ", "))
-	}
-	if len(methods) > 0 && a.TargetCluster.ResourceID == "" {
-		v.add("azure.targetCluster.resourceId", "is required with %s", methods[0])
+		v.add("azure", "exactly one authentication method may be set, found %s", strings.Join(methods, ", "))
 	}
 	if id := a.TargetCluster.ResourceID; id != "" {
-		if m := aksResourceIDRE.FindStringSubmatch(id); m == nil {
+		if m := aksResourceIDRE().FindStringSubmatch(id); m == nil {
 			v.add("azure.targetCluster.resourceId", "%q is not an AKS resource ID; want /subscriptions/<id>/resourceGroups/<group>/providers/Microsoft.ContainerService/managedClusters/<name>", id)
-		} else if !guidRE.MatchString(m[1]) {
+		} else if !guidRE().MatchString(m[1]) {
 			v.add("azure.targetCluster.resourceId", "subscription %q is not a GUID", m[1])
 		}
 	}
@@ -196,7 +258,7 @@ func (v *validator) components(c *Components) {
 		{"components.containerd", c.Containerd},
 		{"components.runc", c.Runc},
 	} {
-		if !versionRE.MatchString(f.v) {
+		if !versionRE().MatchString(f.v) {
 			v.add(f.path, "%q is not a version like 1.2.3", f.v)
 		}
 	}
@@ -237,7 +299,7 @@ func (v *validator) networking(n *Networking) {
 	if ip := net.ParseIP(n.DNSServiceIP); ip == nil {
 		v.add("networking.dnsServiceIP", "%q is not an IP address", n.DNSServiceIP)
 	}
-	if !versionRE.MatchString(n.CNIVersion) {
+	if !versionRE().MatchString(n.CNIVersion) {
 		v.add("networking.cniVersion", "%q is not a version like 1.2.3", n.CNIVersion)
 	}
 }
@@ -262,15 +324,19 @@ func (v *validator) node(n *Node) {
 	}
 }
 
-// apiServer checks where the kubelet finds the API server and its CA;
-// required says the config offers no other way to learn them.
-func (v *validator) apiServer(k *Kubelet, required bool) {
-	if required {
+// apiServer checks where the kubelet finds the API server and its CA,
+// which every method needs (method names the one set, "" for none).
+func (v *validator) apiServer(k *Kubelet, method string) {
+	with := "with " + method
+	if method != "azure.bootstrapToken" && method != "" {
+		with += " (aks-flex-node does not discover the cluster from Azure)"
+	}
+	if method != "" {
 		if k.ClusterFQDN == "" {
-			v.add("node.kubelet.clusterFQDN", "is required with a bootstrap token")
+			v.add("node.kubelet.clusterFQDN", "is required %s", with)
 		}
 		if k.CACertData == "" {
-			v.add("node.kubelet.caCertData", "is required with a bootstrap token")
+			v.add("node.kubelet.caCertData", "is required %s", with)
 		}
 	}
 	if k.ClusterFQDN != "" {

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -27,6 +30,38 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		}
 		a.WaitFor = "API server " + srv
 		a.Ready = client.Reachable
+		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			src := &identity.Source{Spec: spec, Cache: identity.DirCache(l.OnRoot(l.IdentityDir()))}
+			a.WaitFor += " as " + spec.String()
+			a.Ready = func(ctx context.Context) error { return authenticated(ctx, client, src) }
+		}
 	}
 	return a, nil
+}
+
+// authenticated is the agent's readiness with an Azure identity: the API
+// server answers and accepts a token for the identity the kubelet uses,
+// from the cache the kubelet's plugin shares (so the agent's own client
+// uses the same credential, and asks the endpoint only when it is due).
+func authenticated(ctx context.Context, client *kubeapi.Client, src *identity.Source) error {
+	tok, _, err := src.Token(ctx, identity.AKSServerID)
+	if err != nil {
+		return err
+	}
+	code, user, err := client.SelfSubjectReview(ctx, tok.AccessToken)
+	switch {
+	case err != nil:
+		return err
+	case code == http.StatusUnauthorized:
+		return fmt.Errorf("%s rejected the token of %s (401)", client.Server, src.Spec)
+	case code/100 != 2:
+		return fmt.Errorf("%s answered %d to a SelfSubjectReview", client.Server, code)
+	case user.Username == "":
+		return fmt.Errorf("%s did not say who the token is", client.Server)
+	}
+	return nil
 }

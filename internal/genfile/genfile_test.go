@@ -97,10 +97,16 @@ func TestRenderChecksWhatItRenders(t *testing.T) {
 			v.RecoveryUnit = ""
 			return v
 		}(), "empty OnFailure="},
-		"not a sysctl":  {Sysctl, [][2]string{{"net.ipv4.ip_forward", ""}}, "not a sysctl"},
-		"sysctl key":    {Sysctl, [][2]string{{"net ipv4", "1"}}, "not a sysctl"},
-		"not a module":  {ModulesLoad, []string{"overlay br_netfilter"}, "not a module name"},
-		"no devices ok": {NspawnSettings, struct{ Devices []string }{}, ""},
+		"not a sysctl": {Sysctl, [][2]string{{"net.ipv4.ip_forward", ""}}, "not a sysctl"},
+		"sysctl key":   {Sysctl, [][2]string{{"net ipv4", "1"}}, "not a sysctl"},
+		"not a module": {ModulesLoad, []string{"overlay br_netfilter"}, "not a module name"},
+		"no devices ok": {NspawnSettings, struct {
+			Devices []string
+			Binds   []struct {
+				Source, Dest string
+				ReadOnly     bool
+			}
+		}{}, ""},
 	} {
 		_, err := Render(tc.n, tc.data)
 		switch {

@@ -1,7 +1,7 @@
 // Package kubeapi owns the few raw calls aks-flex-node makes to a
 // Kubernetes API server before it has a kubeconfig (is the server there
-// with this CA, who does it say this bootstrap token is, does a Node of
-// this name exist) and the one HTTP client they go through. Preflight and
+// with this CA, who does it say this credential is, what may it do, does
+// a Node of this name exist) and the one HTTP client they go through. Preflight and
 // the agent both use it, so both trust and route the same way.
 package kubeapi
 
@@ -158,4 +158,44 @@ func (c *Client) SelfSubjectReview(ctx context.Context, token string) (code int,
 		return code, UserInfo{}, fmt.Errorf("SelfSubjectReview: %w", err)
 	}
 	return code, review.Status.UserInfo, nil
+}
+
+// SelfSubjectAccessReviewPath is where SelfSubjectAccessReview is served.
+const SelfSubjectAccessReviewPath = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+// ResourceAttributes is what a SelfSubjectAccessReview asks about.
+type ResourceAttributes struct {
+	Namespace   string `json:"namespace,omitempty"`
+	Verb        string `json:"verb"`
+	Group       string `json:"group,omitempty"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource,omitempty"`
+}
+
+// SelfSubjectAccessReview asks the server whether token may do a. code is
+// the HTTP status (0 when the request failed); allowed and the reason are
+// read from a 2xx answer.
+func (c *Client) SelfSubjectAccessReview(ctx context.Context, token string, a ResourceAttributes) (code int, allowed bool, reason string, err error) {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": "authorization.k8s.io/v1",
+		"kind":       "SelfSubjectAccessReview",
+		"spec":       map[string]any{"resourceAttributes": a},
+	})
+	if err != nil {
+		return 0, false, "", err
+	}
+	code, data, err := c.Do(ctx, http.MethodPost, SelfSubjectAccessReviewPath, token, body)
+	if err != nil || code/100 != 2 {
+		return code, false, "", err
+	}
+	var review struct {
+		Status struct {
+			Allowed bool   `json:"allowed"`
+			Reason  string `json:"reason"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(data, &review); err != nil {
+		return code, false, "", fmt.Errorf("SelfSubjectAccessReview: %w", err)
+	}
+	return code, review.Status.Allowed, review.Status.Reason, nil
 }

@@ -208,6 +208,12 @@ func (l Layout) LogDir() string { return l.logDir }
 // JoinedMarker is the host path of the completion marker start writes.
 func (l Layout) JoinedMarker() string { return stateDir + "/" + JoinedMarkerName }
 
+// IdentityDir holds what the kubelet's credential plugin reads inside the
+// machine (the identity resolved from the config, its secrets included)
+// and the token cache it shares with the host; start binds it into the
+// machine.
+func (l Layout) IdentityDir() string { return stateDir + "/identity" }
+
 // BundlesDir holds staged bundles (pulled from a registry or downloaded
 // from upstream). Never under /usr: on ACL it is read-only, and staged
 // bundles are state.

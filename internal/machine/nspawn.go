@@ -21,6 +21,10 @@ type Options struct {
 	// AdditionalHostDevices are host device nodes (bootstrap.additionalHostDevices)
 	// bound into the machine and allowed by its device cgroup.
 	AdditionalHostDevices []string
+	// Binds are host directories bound into the machine (the agent's lib
+	// dir and the identity dir when the node joins with an Azure
+	// identity). Binds apply when the machine boots.
+	Binds []Bind
 	// CgroupMode is the host's cgroup layout, hostos.CgroupV2,
 	// hostos.CgroupHybrid or hostos.CgroupV1 (see HostCgroupMode). The
 	// machine must use the host's mode: with the wrong one the node
@@ -40,7 +44,28 @@ func (o Options) Validate() error {
 			return fmt.Errorf("bootstrap.additionalHostDevices[%d]: %w", i, err)
 		}
 	}
+	for _, b := range o.Binds {
+		for _, p := range []string{b.Source, b.Dest} {
+			if err := validBindPath(p); err != nil {
+				return fmt.Errorf("bind %s:%s: %w", b.Source, b.Dest, err)
+			}
+		}
+	}
 	return nil
+}
+
+// Bind is a host path bound into the machine at Dest.
+type Bind struct {
+	Source, Dest string
+	ReadOnly     bool
+}
+
+// validBindPath keeps bind paths to what validDevice allows, anywhere.
+func validBindPath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return fmt.Errorf("%q must be an absolute, clean path", p)
+	}
+	return validDevice("/dev" + p)
 }
 
 // validDevice keeps device paths to characters that mean nothing to
@@ -89,7 +114,10 @@ func NspawnFile(o Options) (string, error) {
 	if err := o.Validate(); err != nil {
 		return "", err
 	}
-	b, err := genfile.Render(genfile.NspawnSettings, struct{ Devices []string }{o.AdditionalHostDevices})
+	b, err := genfile.Render(genfile.NspawnSettings, struct {
+		Devices []string
+		Binds   []Bind
+	}{o.AdditionalHostDevices, o.Binds})
 	if err != nil {
 		return "", fmt.Errorf("render .nspawn file: %w", err)
 	}

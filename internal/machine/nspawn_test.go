@@ -54,6 +54,27 @@ func TestNspawnFileBindsDevices(t *testing.T) {
 	}
 }
 
+func TestNspawnFileBindsDirs(t *testing.T) {
+	got, err := NspawnFile(Options{CgroupMode: hostos.CgroupV2, Binds: []Bind{
+		{Source: "/opt/aks-flex-node/lib", Dest: "/opt/aks-flex-node-host/lib", ReadOnly: true},
+		{Source: "/var/lib/aks-flex-node/identity", Dest: "/opt/aks-flex-node-host/identity"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := settings(t, got, "Files", "BindReadOnly"); !reflect.DeepEqual(b, []string{"/opt/aks-flex-node/lib:/opt/aks-flex-node-host/lib"}) {
+		t.Errorf("BindReadOnly= %q", b)
+	}
+	if b := settings(t, got, "Files", "Bind"); !reflect.DeepEqual(b, []string{"/dev/kmsg", "/var/lib/aks-flex-node/identity:/opt/aks-flex-node-host/identity"}) {
+		t.Errorf("Bind= %q", b)
+	}
+	for _, bad := range []Bind{{Source: "/a:b", Dest: "/c"}, {Source: "/a", Dest: "relative"}, {Source: "/a b", Dest: "/c"}, {Source: "/", Dest: "/c"}} {
+		if _, err := NspawnFile(Options{CgroupMode: hostos.CgroupV2, Binds: []Bind{bad}}); err == nil {
+			t.Errorf("rendered bind %+v", bad)
+		}
+	}
+}
+
 func TestDropInFollowsCgroupMode(t *testing.T) {
 	for mode, unified := range map[string]string{hostos.CgroupV2: "1", hostos.CgroupHybrid: "0", hostos.CgroupV1: "0"} {
 		got, err := DropIn(Options{AdditionalHostDevices: []string{"/dev/fuse"}, CgroupMode: mode})

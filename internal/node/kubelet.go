@@ -37,7 +37,10 @@ func renderKubeletConfig(in *inputs) ([]byte, error) {
 		FailCgroupV1:             in.o.FailCgroupV1,
 		ContainerRuntimeEndpoint: "unix://" + ContainerdSocket,
 		MaxPods:                  in.maxPods,
-		RotateCertificates:       true,
+		// With an Azure identity there is no client certificate to
+		// rotate: the kubelet signs in with the plugin's tokens. Rotation
+		// on would make it drop them for a certificate it cannot get.
+		RotateCertificates: !in.identity,
 		// Serving certificates stay self-signed: a CSR for them needs an
 		// approver the cluster may not run, and a pending one breaks logs
 		// and exec.
@@ -98,11 +101,15 @@ func parseTaint(s string) (corev1.Taint, error) {
 // and labels. Each value was checked against unitArgRE, so none needs
 // quoting for systemd.
 func renderKubeletUnit(in *inputs) ([]byte, error) {
+	bootstrap := BootstrapKubeconf
+	if in.identity {
+		bootstrap = ""
+	}
 	return genfile.Render(genfile.KubeletUnit, struct {
 		ContainerdUnit, Binary, ConfigFile, BootstrapKubeconfig, Kubeconfig string
 		NodeName, NodeIP, NodeLabels                                        string
 	}{
-		ContainerdUnitName, KubeletBinary, KubeletConfigFile, BootstrapKubeconf, KubeletKubeconf,
+		ContainerdUnitName, KubeletBinary, KubeletConfigFile, bootstrap, KubeletKubeconf,
 		in.nodeName, in.nodeIP, strings.Join(in.labels, ","),
 	})
 }
@@ -131,4 +138,36 @@ func renderBootstrapKubeconfig(in *inputs) ([]byte, error) {
 		return nil, fmt.Errorf("encode kubeconfig failed")
 	}
 	return data, nil
+}
+
+// AKSServerID is the audience the plugin asks tokens for: the AKS AAD
+// server application (identity.AKSServerID; node does not import identity
+// and the Azure SDK with it).
+const AKSServerID = "6dae42f8-4368-4678-94ff-3960e28e3630"
+
+// renderPluginKubeconfig renders the kubelet's kubeconfig for a node that
+// joins with an Azure identity: every request carries a token from the
+// credential plugin (token kubelogin), which reads the identity dir bound
+// into the machine. Nothing in it is secret.
+func renderPluginKubeconfig(in *inputs) ([]byte, error) {
+	const name = "default"
+	cfg := clientcmdapi.NewConfig()
+	cluster := clientcmdapi.NewCluster()
+	cluster.Server = in.server
+	cluster.CertificateAuthorityData = in.caPEM
+	cfg.Clusters[name] = cluster
+	user := clientcmdapi.NewAuthInfo()
+	user.Exec = &clientcmdapi.ExecConfig{
+		APIVersion:      "client.authentication.k8s.io/v1",
+		Command:         CredentialPlugin,
+		Args:            []string{"token", "kubelogin", "--identity-dir", HostIdentityDir, "--server-id", in.serverID},
+		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+	}
+	cfg.AuthInfos["kubelet"] = user
+	ctx := clientcmdapi.NewContext()
+	ctx.Cluster = name
+	ctx.AuthInfo = "kubelet"
+	cfg.Contexts[name] = ctx
+	cfg.CurrentContext = name
+	return clientcmd.Write(*cfg)
 }

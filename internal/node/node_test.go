@@ -55,6 +55,25 @@ var cases = map[string]Options{
 	"cgroupv2": {},
 }
 
+// identityConfig joins with a managed identity instead of the token.
+func identityConfig() *config.Config {
+	c := testConfig()
+	c.Azure.BootstrapToken = nil
+	c.Azure.ManagedIdentity = &config.ManagedIdentity{}
+	return c
+}
+
+// goldenCases are the golden trees: each host with the token, and the
+// cgroup v2 host with an Azure identity.
+var goldenCases = map[string]struct {
+	o Options
+	c func() *config.Config
+}{
+	"cgroupv1": {cases["cgroupv1"], testConfig},
+	"cgroupv2": {cases["cgroupv2"], testConfig},
+	"identity": {cases["cgroupv2"], identityConfig},
+}
+
 func renderMap(t *testing.T, c *config.Config, o Options) map[string]File {
 	t.Helper()
 	files, err := Render(c, o)
@@ -74,9 +93,9 @@ func renderMap(t *testing.T, c *config.Config, o Options) map[string]File {
 // TestGolden compares every rendered file with testdata/<case>/<path>;
 // links are listed in testdata/<case>/links.txt. -update rewrites them.
 func TestGolden(t *testing.T) {
-	for name, o := range cases {
+	for name, gc := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			files, err := Render(testConfig(), o)
+			files, err := Render(gc.c(), gc.o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,7 +361,7 @@ func TestRenderRejects(t *testing.T) {
 		mutate func(*config.Config, *Options)
 		want   string
 	}{
-		"no token":        {func(c *config.Config, _ *Options) { c.Azure.BootstrapToken = nil }, "azure.bootstrapToken.token"},
+		"no token":        {func(c *config.Config, _ *Options) { c.Azure.BootstrapToken = nil }, "azure: no authentication method"},
 		"no server":       {func(c *config.Config, _ *Options) { c.Node.Kubelet.ClusterFQDN = "" }, "node.kubelet.clusterFQDN"},
 		"no CA":           {func(c *config.Config, _ *Options) { c.Node.Kubelet.CACertData = "" }, "node.kubelet.caCertData"},
 		"bad node name":   {func(c *config.Config, _ *Options) { c.Agent.NodeName = "a b" }, "agent.nodeName"},

@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
@@ -45,6 +46,18 @@ const (
 	// without removing this file.
 	CNIConfFile    = CNIConfDir + "/99-aks-flex-node.conflist"
 	CgroupRWScript = "/usr/local/lib/aks-flex-node/cgroup-rw.sh"
+
+	// HostAgentLibDir is where start binds the host's agent lib dir
+	// (read-only) when the node joins with an Azure identity: the
+	// kubelet's credential plugin is the agent binary of the host's
+	// current upgrade slot, so an agent upgrade upgrades the plugin.
+	HostAgentLibDir = "/opt/aks-flex-node-host/lib"
+	// HostIdentityDir is where start binds the host's identity dir: the
+	// identity the plugin signs in with and the token cache it shares
+	// with the host.
+	HostIdentityDir = "/opt/aks-flex-node-host/identity"
+	// CredentialPlugin is the plugin the kubelet's kubeconfig runs.
+	CredentialPlugin = HostAgentLibDir + "/" + layout.CurrentLinkName
 
 	unitDir  = "/etc/systemd/system"
 	wantsDir = unitDir + "/multi-user.target.wants"
@@ -94,11 +107,19 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 	}
 	steps := []step{
 		{ClusterCAFile, 0o644, false, func(in *inputs) ([]byte, error) { return in.caPEM, nil }},
-		{BootstrapKubeconf, 0o600, true, renderBootstrapKubeconfig},
+	}
+	if in.identity {
+		// No TLS bootstrap: the kubelet signs every request with a token
+		// from the plugin.
+		steps = append(steps, step{KubeletKubeconf, 0o600, false, renderPluginKubeconfig})
+	} else {
+		steps = append(steps, step{BootstrapKubeconf, 0o600, true, renderBootstrapKubeconfig})
+	}
+	steps = append(steps, []step{
 		{KubeletConfigFile, 0o644, false, renderKubeletConfig},
 		{ContainerdConfig, 0o644, false, renderContainerdConfig},
 		{CNIConfFile, 0o644, false, renderCNIConfig},
-	}
+	}...)
 	if o.CgroupV1 {
 		steps = append(steps,
 			step{CgroupRWScript, 0o755, false, renderCgroupRWScript},
@@ -133,12 +154,18 @@ func enabledUnits(o Options) []string {
 
 // staleFiles are the files Render produces only in some modes; Write
 // removes those the current mode does not produce, so a host that changed
-// cgroup mode converges instead of keeping a unit that remounts nothing.
-func staleFiles(o Options) []string {
-	if o.CgroupV1 {
-		return nil
+// cgroup mode converges instead of keeping a unit that remounts nothing,
+// and one that changed from a bootstrap token to an identity keeps no
+// token.
+func staleFiles(o Options, identity bool) []string {
+	var stale []string
+	if !o.CgroupV1 {
+		stale = append(stale, wantsDir+"/"+CgroupRWUnitName, CgroupRWUnitFile, CgroupRWScript)
 	}
-	return []string{wantsDir + "/" + CgroupRWUnitName, CgroupRWUnitFile, CgroupRWScript}
+	if identity {
+		stale = append(stale, BootstrapKubeconf)
+	}
+	return stale
 }
 
 // inputs is the config and options reduced to what the renderers use,
@@ -149,6 +176,8 @@ type inputs struct {
 	server    string
 	caPEM     []byte
 	token     string
+	identity  bool // the kubelet signs in with an Azure identity
+	serverID  string
 	nodeName  string
 	nodeIP    string
 	labels    []string // key=value, sorted
@@ -186,14 +215,17 @@ func newInputs(c *config.Config, o Options) (*inputs, error) {
 	if c.Azure.BootstrapToken != nil {
 		in.token = c.Azure.BootstrapToken.Token
 	}
+	in.identity = c.Azure.Identity()
+	in.serverID = AKSServerID
 	switch {
 	case in.server == "":
 		return nil, fmt.Errorf("node.kubelet.clusterFQDN: is empty; the kubelet needs the API server")
 	case len(in.caPEM) == 0:
 		return nil, fmt.Errorf("node.kubelet.caCertData: is empty; the kubelet needs the cluster CA")
-	case in.token == "":
-		// Only the bootstrap-token join renders a bootstrap kubeconfig here.
-		return nil, fmt.Errorf("azure.bootstrapToken.token: is not set; the node joins with a bootstrap token")
+	case in.token == "" && !in.identity:
+		return nil, fmt.Errorf("azure: no authentication method; the kubelet needs a bootstrap token or an Azure identity")
+	case in.token != "" && in.identity:
+		return nil, fmt.Errorf("azure: a bootstrap token and an Azure identity; the kubelet takes one")
 	case in.sandbox == "":
 		return nil, fmt.Errorf("components.sandboxImage: is empty")
 	case net.ParseIP(in.dnsIP) == nil:

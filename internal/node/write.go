@@ -1,8 +1,10 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -42,12 +44,39 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 		changed = changed || ch
 		files = append(files, f.Path)
 	}
-	for _, p := range staleFiles(o) {
+	identity := c.Azure.Identity()
+	for _, p := range staleFiles(o, identity) {
 		removed, err := fsutil.RemoveIn(machineRoot, p)
 		if err != nil {
 			return changed, files, fmt.Errorf("remove %s in machine %s: %w", p, machineRoot, err)
 		}
 		changed = changed || removed
 	}
+	if !identity {
+		// The kubelet writes kubelet.conf itself after its TLS bootstrap;
+		// one that runs the plugin is what an identity join left, and the
+		// kubelet would take it over the bootstrap token.
+		removed, err := removePluginKubeconfig(machineRoot)
+		if err != nil {
+			return changed, files, fmt.Errorf("remove %s in machine %s: %w", KubeletKubeconf, machineRoot, err)
+		}
+		changed = changed || removed
+	}
 	return changed, files, nil
+}
+
+// removePluginKubeconfig removes the kubelet's kubeconfig in machineRoot
+// when it is the one that runs the credential plugin.
+func removePluginKubeconfig(machineRoot string) (bool, error) {
+	data, err := fsutil.ReadFileIn(machineRoot, KubeletKubeconf, 1<<20)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !bytes.Contains(data, []byte(CredentialPlugin)) {
+		return false, nil
+	}
+	return fsutil.RemoveIn(machineRoot, KubeletKubeconf)
 }

@@ -19,6 +19,11 @@ const (
 	NameAPIServerReachable = "api-server-reachable"
 	NameBootstrapToken     = "bootstrap-token"
 	NameNodeName           = "node-name"
+	// NameIdentity gets a token for the config's Azure identity.
+	NameIdentity = "identity"
+	// NameClusterAccess asks the API server whether the kubelet's
+	// credential may do what the kubelet must.
+	NameClusterAccess = "cluster-access"
 	// NameProvisioningPayload judges customData/userData (internal/ignition).
 	NameProvisioningPayload = "provisioning-payload"
 	// NameAgentBinary is start's own: can install-agent-service, which
@@ -46,6 +51,8 @@ var DefaultNames = []string{
 	NameWorkerImage,
 	NameAPIServerReachable,
 	NameBootstrapToken,
+	NameIdentity,
+	NameClusterAccess,
 	NameNodeName,
 }
 
@@ -89,6 +96,8 @@ func Checks(env *Env) []Check {
 		workerImageCheck(env),
 		apiServerReachableCheck(env),
 		bootstrapTokenCheck(env),
+		identityCheck(env),
+		clusterAccessCheck(env),
 		nodeNameCheck(env),
 	}
 }

@@ -26,8 +26,8 @@ const (
 	tokenKey = "azure.bootstrapToken.token"
 )
 
-// serverURL is the API server URL from the config ("" when not set: with
-// Azure authentication it is learned from Azure at start).
+// serverURL is the API server URL from the config ("" when not set; the
+// config requires it, so only a config validation skipped leaves it so).
 func (e *Env) serverURL() string {
 	u := e.Config.Node.Kubelet.ClusterFQDN
 	if u == "" {
@@ -97,7 +97,7 @@ func apiServerReachableCheck(e *Env) Check {
 	return NewCheck(NameAPIServerReachable, orNone(e.serverURL()), func(ctx context.Context) Result {
 		base := e.serverURL()
 		if base == "" {
-			return OK("not configured: %s is empty in %s; the API server is learned from Azure at start and not probed here", fqdnKey, e.configFile())
+			return OK("not configured: %s is empty in %s", fqdnKey, e.configFile())
 		}
 		u := base + "/version"
 		code, body, err := e.apiRequest(ctx, http.MethodGet, "/version", "", nil)
@@ -199,11 +199,16 @@ func nodeNameCheck(e *Env) Check {
 	return NewCheck(NameNodeName, fmt.Sprintf("agent.nodeName %s", name), func(ctx context.Context) Result {
 		valid := fmt.Sprintf("%s is a valid DNS-1123 name", name)
 		_, token, ok := e.tokenID()
+		if !ok {
+			if _, tok, isID, err := e.identityToken(ctx); isID && err == nil {
+				token, ok = tok.AccessToken, true
+			}
+		}
 		switch {
 		case e.serverURL() == "":
 			return OK("%s; whether a Node of that name exists is not checked: %s is empty", valid, fqdnKey)
 		case !ok:
-			return OK("%s; whether a Node of that name exists is not checked: no bootstrap token to ask with", valid)
+			return OK("%s; whether a Node of that name exists is not checked: no credential to ask with", valid)
 		}
 		p := "/api/v1/nodes/" + url.PathEscape(name)
 		code, _, err := e.apiRequest(ctx, http.MethodGet, p, token, nil)
@@ -217,7 +222,7 @@ func nodeNameCheck(e *Env) Check {
 		case http.StatusNotFound:
 			return OK("%s; no Node of that name exists yet", valid)
 		case http.StatusForbidden:
-			return OK("%s; cannot tell whether a Node of that name exists: the bootstrap token may not read Nodes (403)", valid)
+			return OK("%s; cannot tell whether a Node of that name exists: the credential may not read Nodes (403)", valid)
 		case http.StatusUnauthorized:
 			return OK("%s; cannot tell whether a Node of that name exists: the token was rejected (see %s)", valid, NameBootstrapToken)
 		}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 )
 
@@ -23,7 +24,11 @@ type fakeAPIServer struct {
 	username string // username it reports
 	node     int    // status for GET node
 	all      int    // when set, the status for every request
-	seen     []string
+	// bearer is the credential it authenticates (default testToken);
+	// denied are the permissions (Permission.String()) it refuses.
+	bearer string
+	denied map[string]bool
+	seen   []string
 }
 
 // set changes the server's behaviour between requests.
@@ -59,7 +64,7 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"major":"1","minor":"35","gitVersion":"v1.35.0"}`)
 	case r.Method == http.MethodPost && r.URL.Path == kubeapi.SelfSubjectReviewPath:
 		var body struct{ APIVersion, Kind string }
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectReview" || body.APIVersion != "authentication.k8s.io/v1" || auth != "Bearer "+testToken {
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectReview" || body.APIVersion != "authentication.k8s.io/v1" || auth != "Bearer "+f.credential() {
 			http.Error(w, `{"kind":"Status","code":400}`, http.StatusBadRequest)
 			return
 		}
@@ -73,12 +78,34 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 			"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
 			"status": map[string]any{"userInfo": map[string]any{"username": f.username, "groups": []string{"system:bootstrappers"}}},
 		})
+	case r.Method == http.MethodPost && r.URL.Path == kubeapi.SelfSubjectAccessReviewPath:
+		var body struct {
+			Kind string
+			Spec struct {
+				ResourceAttributes kubeapi.ResourceAttributes `json:"resourceAttributes"`
+			}
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectAccessReview" || auth != "Bearer "+f.credential() {
+			http.Error(w, `{"kind":"Status","code":400}`, http.StatusBadRequest)
+			return
+		}
+		a := body.Spec.ResourceAttributes
+		p := clusterprep.Permission{Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace}
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"allowed": !f.denied[p.String()]}})
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+testNode:
 		w.WriteHeader(f.node)
 		_, _ = io.WriteString(w, `{"kind":"Node"}`)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+func (f *fakeAPIServer) credential() string {
+	if f.bearer != "" {
+		return f.bearer
+	}
+	return testToken
 }
 
 // hostFor points the fake host's config at the server, trusting caPEM.
@@ -113,16 +140,6 @@ func TestAPIServerReachable(t *testing.T) {
 	refused := hostFor(t, srv, certPEM(srv.Certificate()))
 	refused.set("node.kubelet.clusterFQDN", addr)
 	want(t, refused.run(NameAPIServerReachable), SeverityError, "cannot reach the API server at https://"+addr+"/version", "node.kubelet.clusterFQDN")
-
-	// With Azure authentication there may be no FQDN to probe.
-	none := newHost(t)
-	none.set("node.kubelet.clusterFQDN", nil)
-	none.set("azure.bootstrapToken", nil)
-	none.set("azure.managedIdentity", map[string]any{})
-	none.set("azure.targetCluster.resourceId", "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c")
-	want(t, none.run(NameAPIServerReachable), SeverityOK, "not configured")
-	want(t, none.run(NameBootstrapToken), SeverityOK, "not configured")
-	want(t, none.run(NameNodeName), SeverityOK, "not checked")
 }
 
 func TestBootstrapToken(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -66,6 +67,17 @@ type Env struct {
 	// digest under the transport policy, fetching only the manifest: the
 	// worker-image check's probe. A layout dir is opened under Root.
 	ResolveImage func(ctx context.Context, ref string) (ResolvedImage, error)
+
+	// FetchToken gets a token for an identity; nil asks its endpoint
+	// (identity.Fetch). Tests substitute it.
+	FetchToken func(ctx context.Context, s identity.Spec) (identity.Token, error)
+
+	// The identity's token, fetched on first use (see identityToken).
+	idOnce  sync.Once
+	idSpec  identity.Spec
+	idToken identity.Token
+	idOK    bool
+	idErr   error
 
 	// The API server client, made on first use (see apiClient).
 	apiOnce sync.Once

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/identity"
 )
 
 // Mount table lines for fake hosts. Mount points are paths inside the
@@ -44,6 +45,8 @@ type fakeHost struct {
 	euid  int
 	free  uint64
 	frees []string // paths FreeBytes was asked about
+	// fetch stands in for the identity endpoint (nil: the real one).
+	fetch func(ctx context.Context, s identity.Spec) (identity.Token, error)
 }
 
 func newHost(t *testing.T) *fakeHost {
@@ -157,7 +160,8 @@ func (h *fakeHost) env() *Env {
 	}
 	return &Env{
 		Root: h.root, ProcDir: h.proc, Config: c, ConfigFile: h.configFile(), Layout: l,
-		Geteuid: func() int { return h.euid },
+		Geteuid:    func() int { return h.euid },
+		FetchToken: h.fetch,
 		FreeBytes: func(p string) (uint64, error) {
 			h.frees = append(h.frees, p)
 			return h.free, nil

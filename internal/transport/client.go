@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -51,17 +52,23 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// bases are the shared connection pools, one pair per set of limits, so
-// every fetch with the same limits reuses connections.
-var bases sync.Map // Limits -> *basePair
+// bases are the shared connection pools, one pair per set of limits and
+// roots, so every fetch with the same limits reuses connections.
+var bases sync.Map // baseKey -> *basePair
+
+type baseKey struct {
+	l     Limits
+	roots *x509.CertPool
+}
 
 type basePair struct{ any, loopback *http.Transport }
 
-func basesFor(l Limits) *basePair {
-	if b, ok := bases.Load(l); ok {
+func basesFor(l Limits, roots *x509.CertPool) *basePair {
+	k := baseKey{l, roots}
+	if b, ok := bases.Load(k); ok {
 		return b.(*basePair)
 	}
-	b, _ := bases.LoadOrStore(l, &basePair{any: newBase(l, false), loopback: newBase(l, true)})
+	b, _ := bases.LoadOrStore(k, &basePair{any: newBase(l, false, roots), loopback: newBase(l, true, roots)})
 	return b.(*basePair)
 }
 
@@ -69,7 +76,7 @@ func basesFor(l Limits) *basePair {
 // the plain-HTTP requests allowed because their host is loopback: it is
 // never proxied, and its dialer refuses an address that is not loopback,
 // so "localhost" mapped elsewhere cannot carry plain HTTP off the host.
-func newBase(l Limits, loopback bool) *http.Transport {
+func newBase(l Limits, loopback bool, roots *x509.CertPool) *http.Transport {
 	d := &net.Dialer{Timeout: l.Connect, KeepAlive: 30 * time.Second}
 	proxy := http.ProxyFromEnvironment
 	if loopback {
@@ -85,7 +92,7 @@ func newBase(l Limits, loopback bool) *http.Transport {
 		Proxy:                 proxy,
 		DialContext:           d.DialContext,
 		ForceAttemptHTTP2:     true,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
 		TLSHandshakeTimeout:   l.TLSHandshake,
 		ResponseHeaderTimeout: l.ResponseHeader,
 		ExpectContinueTimeout: time.Second,
@@ -100,7 +107,7 @@ func newBase(l Limits, loopback bool) *http.Transport {
 // remote.WithTransport.
 func (p Policy) RoundTripper() http.RoundTripper {
 	l := p.Limits.withDefaults()
-	return &roundTripper{p: p, l: l, bases: basesFor(l)}
+	return &roundTripper{p: p, l: l, bases: basesFor(l, p.RootCAs)}
 }
 
 // Client is the one HTTP client for URL fetches under the policy.

@@ -10,6 +10,7 @@
 package transport
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
@@ -31,6 +32,10 @@ type Policy struct {
 	OptIn string
 	// Limits bound each request; a zero field takes DefaultLimits'.
 	Limits Limits
+	// RootCAs, when set, are the roots a server's certificate must chain
+	// to instead of the system's: the host's trust store, copied for the
+	// kubelet's credential plugin, whose machine image trusts others.
+	RootCAs *x509.CertPool
 }
 
 // IsLoopback reports whether host (a host, host:port or [v6]:port) is

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net/http"
@@ -243,5 +244,22 @@ func TestIsLoopback(t *testing.T) {
 		if got := IsLoopback(h); got != want {
 			t.Errorf("IsLoopback(%q) = %v", h, got)
 		}
+	}
+}
+
+// RootCAs replace the system's roots: a server they sign is trusted, and
+// with the system's roots the same server is not.
+func TestRootCAs(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	resp, err := Policy{RootCAs: pool}.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, err := (Policy{}).Client().Get(srv.URL); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("system roots trusted the test server: %v", err)
 	}
 }

@@ -20,19 +20,13 @@ import (
 // as kubeadm's tokens carry system:bootstrappers:kubeadm:default-node-token.
 const BootstrapGroup = "system:bootstrappers:aks-flex-node"
 
-// The objects below are what `kubeadm init` creates in its bootstrap-token
-// phase, under kubeadm's names, so a node joins this cluster the way it
-// joins a kubeadm (or AKS) cluster.
-const (
-	nodeBootstrapperBinding = "kubeadm:kubelet-bootstrap"
-	nodeAutoApproveBinding  = "kubeadm:node-autoapprove-bootstrap"
-	nodeRotateBinding       = "kubeadm:node-autoapprove-certificate-rotation"
-	clusterInfoRole         = "kubeadm:bootstrap-signer-clusterinfo"
-
-	nodeBootstrapperRole = "system:node-bootstrapper"
-	nodeClientRole       = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
-	selfNodeClientRole   = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
-)
+// The objects below are part of what `kubeadm init` creates in its
+// bootstrap-token phase, under kubeadm's names: the token and the signed
+// cluster-info for discovery. The bindings that let a token's kubelet
+// bootstrap are not created: a cluster has them only when an admin
+// granted them, which the tests do with `aks-flex-node cluster prepare`
+// and kubectl, as users do.
+const clusterInfoRole = "kubeadm:bootstrap-signer-clusterinfo"
 
 // newBootstrapToken returns a token in the id.secret form.
 func newBootstrapToken() (id, secret string, err error) {
@@ -76,24 +70,6 @@ func bootstrapObjects(tokenID, tokenSecret, server string, caPEM []byte, ttl tim
 			bootstrapapi.BootstrapTokenExtraGroupsKey:      BootstrapGroup,
 		},
 	}
-	group := func(name string) []rbacv1.Subject {
-		return []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: name}}
-	}
-	crb := func(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
-		return &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   subjects,
-		}
-	}
-	bindings := []*rbacv1.ClusterRoleBinding{
-		// Any bootstrap token may create CSRs, and its kubelet client CSRs
-		// are approved without a human.
-		crb(nodeBootstrapperBinding, nodeBootstrapperRole, group(bootstrapapi.BootstrapDefaultGroup)),
-		crb(nodeAutoApproveBinding, nodeClientRole, group(bootstrapapi.BootstrapDefaultGroup)),
-		// Nodes renew their own client certificates.
-		crb(nodeRotateBinding, selfNodeClientRole, group("system:nodes")),
-	}
 	clusterInfo := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: bootstrapapi.ConfigMapClusterInfo, Namespace: metav1.NamespacePublic},
 		Data:       map[string]string{bootstrapapi.KubeConfigKey: string(kubeconfig)},
@@ -118,12 +94,6 @@ func bootstrapObjects(tokenID, tokenSecret, server string, caPEM []byte, ttl tim
 			_, err := c.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{})
 			return named("secret "+secret.Namespace+"/"+secret.Name, err)
 		},
-	}
-	for _, b := range bindings {
-		steps = append(steps, func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{})
-			return named("clusterrolebinding "+b.Name, err)
-		})
 	}
 	steps = append(steps,
 		func(ctx context.Context, c kubernetes.Interface) error {

@@ -6,6 +6,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,6 +61,10 @@ type Options struct {
 	// FailureLog receives the tail of every component log when Start fails.
 	// Default os.Stderr.
 	FailureLog io.Writer
+	// AuthenticationConfig, when set, is the kube-apiserver's structured
+	// AuthenticationConfiguration (--authentication-config): how tests
+	// make the API server trust a fake Entra tenant's tokens.
+	AuthenticationConfig []byte
 }
 
 // Timings records how long each stage of Start took.
@@ -96,6 +102,7 @@ type ControlPlane struct {
 	LogsDir     string
 	Timings     Timings
 
+	binDir   string
 	procs    []*process // in start order
 	stopOnce sync.Once
 	stopErr  error
@@ -113,7 +120,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
 	defer cancel()
 
-	c := &ControlPlane{WorkDir: opts.WorkDir, LogsDir: filepath.Join(opts.WorkDir, "logs")}
+	c := &ControlPlane{WorkDir: opts.WorkDir, LogsDir: filepath.Join(opts.WorkDir, "logs"), binDir: opts.BinDir}
 	defer func() {
 		if err != nil {
 			c.DumpLogs(opts.FailureLog)
@@ -290,35 +297,43 @@ func (c *ControlPlane) startEtcd(ctx context.Context, opts *Options, pl *startPl
 // startAPIServer runs kube-apiserver and waits until /readyz is ok.
 func (c *ControlPlane) startAPIServer(ctx context.Context, opts *Options, pl *startPlan) error {
 	t := time.Now()
-	apiserver, err := c.run(opts, "kube-apiserver", []string{
-		"--etcd-servers=" + pl.etcdURL(),
-		"--bind-address=" + opts.BindAddress,
-		"--advertise-address=" + pl.advertise,
-		"--secure-port=" + strconv.Itoa(pl.apiPort),
-		"--cert-dir=" + filepath.Join(c.WorkDir, "apiserver"),
-		"--tls-cert-file=" + pl.pki.apiserverCert,
-		"--tls-private-key-file=" + pl.pki.apiserverKey,
-		"--client-ca-file=" + pl.pki.caFile,
-		"--kubelet-client-certificate=" + pl.pki.kubeletClientCert,
-		"--kubelet-client-key=" + pl.pki.kubeletClientKey,
+	var authn []string
+	if len(opts.AuthenticationConfig) > 0 {
+		file := filepath.Join(c.WorkDir, "authentication-config.yaml")
+		if err := os.WriteFile(file, opts.AuthenticationConfig, 0o600); err != nil {
+			return err
+		}
+		authn = []string{"--authentication-config=" + file}
+	}
+	apiserver, err := c.run(opts, "kube-apiserver", append(authn,
+		"--etcd-servers="+pl.etcdURL(),
+		"--bind-address="+opts.BindAddress,
+		"--advertise-address="+pl.advertise,
+		"--secure-port="+strconv.Itoa(pl.apiPort),
+		"--cert-dir="+filepath.Join(c.WorkDir, "apiserver"),
+		"--tls-cert-file="+pl.pki.apiserverCert,
+		"--tls-private-key-file="+pl.pki.apiserverKey,
+		"--client-ca-file="+pl.pki.caFile,
+		"--kubelet-client-certificate="+pl.pki.kubeletClientCert,
+		"--kubelet-client-key="+pl.pki.kubeletClientKey,
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--enable-bootstrap-token-auth=true",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-cluster-ip-range="+serviceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + pl.pki.saPubFile,
-		"--service-account-signing-key-file=" + pl.pki.saKeyFile,
-		"--requestheader-client-ca-file=" + pl.pki.frontProxyCAFile,
+		"--service-account-key-file="+pl.pki.saPubFile,
+		"--service-account-signing-key-file="+pl.pki.saKeyFile,
+		"--requestheader-client-ca-file="+pl.pki.frontProxyCAFile,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + pl.pki.frontProxyClientCert,
-		"--proxy-client-key-file=" + pl.pki.frontProxyClientKey,
+		"--proxy-client-cert-file="+pl.pki.frontProxyClientCert,
+		"--proxy-client-key-file="+pl.pki.frontProxyClientKey,
 		"--profiling=false",
-	})
+	))
 	if err != nil {
 		return err
 	}
@@ -422,6 +437,20 @@ func (c *ControlPlane) DumpLogs(w io.Writer) {
 	for _, p := range c.procs {
 		fmt.Fprintf(w, "===== %s (%s) =====\n%s\n", p.name, p.logFile, p.tail(16<<10))
 	}
+}
+
+// Kubectl runs the kubectl built with the control plane as its admin,
+// with stdin as its input, and returns what it printed.
+func (c *ControlPlane) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "kubectl"), append([]string{"--kubeconfig", c.AdminKubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
 }
 
 // BootstrapConfig is a client config for Server authenticated by the

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +96,15 @@ func TestControlPlaneBootstrapToken(t *testing.T) {
 	checkServing(ctx, t, cp)
 	bootstrap := kubernetes.NewForConfigOrDie(cp.BootstrapConfig())
 	checkBootstrapTokenUser(ctx, t, cp, bootstrap)
+	// The harness grants the token nothing; what `aks-flex-node cluster
+	// prepare --bootstrap-token` prints does, applied with kubectl.
+	objs, err := clusterprep.Render("test", clusterprep.BootstrapTokenObjects(clusterprep.BootstrapToken{ID: cp.TokenID, Secret: cp.TokenSecret}, time.Now().Add(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(ctx, objs, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
 	const nodeName = "test-node"
 	key, issued := tlsBootstrap(ctx, t, cp, bootstrap, nodeName)
 	checkNodeCertificate(ctx, t, cp, key, issued, nodeName)

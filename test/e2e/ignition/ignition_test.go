@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"net"
 	"os"
 	"os/exec"
@@ -139,6 +140,15 @@ func (f *firstBoot) startCluster(t *testing.T) {
 		}
 		_ = cp.Stop()
 	})
+	// The control plane grants the token nothing; an admin applies what
+	// `aks-flex-node cluster prepare --bootstrap-token` prints.
+	objs, err := clusterprep.Render("ignition e2e", clusterprep.BootstrapTokenObjects(clusterprep.BootstrapToken{ID: cp.TokenID, Secret: cp.TokenSecret}, time.Now().Add(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(f.ctx, objs, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
 	f.cp = cp
 }
 

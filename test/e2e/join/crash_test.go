@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -137,9 +138,14 @@ func (e *env) bootCrashHost(t *testing.T, agent string) *aclhost.Host {
 	for _, s := range []string{"install.sh", "uninstall.sh"} {
 		must(h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755))
 	}
-	must(h.WriteFile("/etc/aks-flex-node/config.json", e.config(crashScenario, func(_, a, _ map[string]any) {
-		a["machineReconcileInterval"] = "2s"
-	}), 0o600))
+	// A bootstrap token, as an admin makes one with cluster prepare: the
+	// control plane grants no token anything itself.
+	var cfg map[string]any
+	must(json.Unmarshal(e.bootstrapTokenConfig(t, crashScenario), &cfg))
+	cfg["agent"].(map[string]any)["machineReconcileInterval"] = "2s"
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	must(err)
+	must(h.WriteFile("/etc/aks-flex-node/config.json", data, 0o600))
 	return h
 }
 

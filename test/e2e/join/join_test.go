@@ -23,6 +23,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/entratest"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/e2e/netlab"
 	"github.com/Azure/aks-flex-node/test/fixtures"
@@ -33,8 +34,10 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
-func buildAgent(t *testing.T, out string) {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version=v1.0.0-e2e", "./cmd/aks-flex-node")
+func buildAgent(t *testing.T, out string) { buildAgentVersion(t, out, "v1.0.0-e2e") }
+
+func buildAgentVersion(t *testing.T, out, version string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version="+version, "./cmd/aks-flex-node")
 	cmd.Dir = repoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -56,11 +59,18 @@ type scenario struct {
 	// oci: the bundle comes from the site registry (oci://), else from a
 	// directory on the host.
 	oci bool
+	// auth is how the node signs in on its first join; again how it
+	// signs in when it joins afresh after reset and uninstall.
+	auth, again string
 }
 
+// The ACL host joins with a managed identity (IMDS inside its network
+// namespace), then afresh with a bootstrap token an admin made with
+// `cluster prepare`; the Debian host with a service principal's secret,
+// then its certificate.
 var scenarios = []scenario{
-	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", current: "/opt/aks-flex-node/lib/current", nodeName: "acl-node-1", oci: true},
-	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", current: "/usr/local/lib/aks-flex-node/current", nodeName: "debian-node-1"},
+	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", current: "/opt/aks-flex-node/lib/current", nodeName: "acl-node-1", oci: true, auth: "msi", again: "bootstrap-token"},
+	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", current: "/usr/local/lib/aks-flex-node/current", nodeName: "debian-node-1", auth: "sp-secret", again: "sp-cert"},
 }
 
 // env is what every scenario shares: one control plane, the fixtures and
@@ -81,6 +91,8 @@ type env struct {
 	tampered  string
 	// tamperedDir is a local copy of the bundle with the kubelet changed.
 	tamperedDir string
+	// entra is the fake Entra tenant whose tokens the API server accepts.
+	entra *entratest.Entra
 }
 
 func TestJoin(t *testing.T) {
@@ -99,7 +111,9 @@ func TestJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.net = netlab.New(t)
-	if e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: e.binDir, WorkDir: t.TempDir(), AdvertiseAddress: e.net.Outer, Logf: t.Logf}); err != nil {
+	e.entra = entratest.Start(t, e.net)
+	if e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: e.binDir, WorkDir: t.TempDir(), AdvertiseAddress: e.net.Outer, Logf: t.Logf,
+		AuthenticationConfig: e.entra.AuthenticationConfig()}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -126,37 +140,49 @@ func TestJoin(t *testing.T) {
 	}
 }
 
-func (e *env) config(sc scenario, edit func(kubelet, agent, bootstrap map[string]any)) []byte {
-	kubelet := map[string]any{"clusterFQDN": strings.TrimPrefix(e.cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(e.cp.CAPEM), "nodeIP": e.net.Inner}
-	agent := map[string]any{"nodeName": sc.nodeName}
+// cfgParts are the sections a config edit may change.
+type cfgParts struct{ azure, kubelet, agent, bootstrap map[string]any }
+
+// config is the scenario's config signing in with auth; edit, when set,
+// changes it first.
+func (e *env) config(sc scenario, auth string, edit func(p *cfgParts)) []byte {
+	p := &cfgParts{
+		azure:     e.azure(auth),
+		kubelet:   map[string]any{"clusterFQDN": strings.TrimPrefix(e.cp.Server, "https://"), "caCertData": base64.StdEncoding.EncodeToString(e.cp.CAPEM), "nodeIP": e.net.Inner},
+		agent:     map[string]any{"nodeName": sc.nodeName},
+		bootstrap: map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + workerTag(), "offlineArtifacts": map[string]any{"source": e.source(sc)}},
+	}
 	if sc.prefix != "" {
-		agent["hostPrefix"] = sc.prefix
+		p.agent["hostPrefix"] = sc.prefix
 	}
-	token := e.cp.Token
-	source := "/var/lib/aks-flex-node-test/bundle"
-	if sc.oci {
-		source = "oci://" + e.registry.Inner + "/" + bundleRepo + ":k8s-{{ .KubernetesVersion }}"
-	}
-	bootstrap := map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag,
-		"offlineArtifacts": map[string]any{"source": source}}
 	if edit != nil {
-		edit(kubelet, agent, bootstrap)
-		if tok, ok := kubelet["token"].(string); ok {
-			token = tok
-			delete(kubelet, "token")
-		}
+		edit(p)
 	}
-	m := e.manifest
 	cfg, _ := json.MarshalIndent(map[string]any{
-		"azure":      map[string]any{"bootstrapToken": map[string]any{"token": token}},
-		"agent":      agent,
-		"components": map[string]any{"kubernetes": m.Components.Kubernetes, "containerd": m.Components.Containerd, "runc": m.Components.Runc, "sandboxImage": fixtures.PauseImageRef},
-		"networking": map[string]any{"cniVersion": m.Components.CNI},
-		"bootstrap":  bootstrap,
-		"node":       map[string]any{"kubelet": kubelet},
+		"azure":      p.azure,
+		"agent":      p.agent,
+		"components": e.components(),
+		"networking": map[string]any{"cniVersion": e.manifest.Components.CNI},
+		"bootstrap":  p.bootstrap,
+		"node":       map[string]any{"kubelet": p.kubelet},
 	}, "", "  ")
 	return cfg
 }
+
+// source is where the scenario's bundle comes from.
+func (e *env) source(sc scenario) string {
+	if sc.oci {
+		return "oci://" + e.registry.Inner + "/" + bundleRepo + ":k8s-{{ .KubernetesVersion }}"
+	}
+	return "/var/lib/aks-flex-node-test/bundle"
+}
+
+func (e *env) components() map[string]any {
+	m := e.manifest.Components
+	return map[string]any{"kubernetes": m.Kubernetes, "containerd": m.Containerd, "runc": m.Runc, "sandboxImage": fixtures.PauseImageRef}
+}
+
+func workerTag() string { return fixtures.WorkerTag }
 
 // run is one scenario: a host that refuses bad inputs without changing
 // anything, joins through install.sh and start, runs a pod, converges on
@@ -166,20 +192,21 @@ func (e *env) run(t *testing.T, sc scenario) {
 	h := e.bootHost(t, sc)
 	if sc.variant == aclhost.ACL {
 		e.refusals(t, h, sc)
+	} else {
+		e.spRefusals(t, h, sc)
 	}
 	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
 	if err != nil {
 		t.Fatal(err)
 	}
 
+	e.grant(t, sc.auth)
 	e.install(t, h)
 	_, first := e.start(t, h, sc, "first")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
 	e.checkJoined(t, h, sc)
+	e.checkNoSecrets(t, h, sc)
 	second, hashed := e.checkConverged(t, h, sc)
-	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
-	rss, _, _ := h.Run(e.ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
-	t.Logf("BENCH scenario=%s join=%v converged-rerun=%v agent-%s", sc.name, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
 	kind := "local-dir"
 	if sc.oci {
 		kind = "oci"
@@ -188,14 +215,36 @@ func (e *env) run(t *testing.T, sc scenario) {
 	if !sc.oci {
 		e.checkConvergedSources(t, h, sc)
 	}
+	if sc.auth == "msi" {
+		e.checkPluginFollowsUpgrade(t, h, sc)
+	}
+	// After the plugin check: agent-upgrade restarts the agent, so its
+	// pid is read here.
+	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
+	rss, _, _ := h.Run(e.ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
+	t.Logf("BENCH scenario=%s auth=%s join=%v converged-rerun=%v agent-%s", sc.name, sc.auth, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
 	idleCPU(t, h, pid)
 	e.checkPowerCutRecovery(t, h, sc)
 	checkResetAndUninstallLeaveNothing(t, h, sc, before)
 
-	// A fresh start joins again.
+	// A fresh start joins again, signing in the other way.
+	switch sc.again {
+	case "bootstrap-token":
+		if err := h.WriteFile("/etc/aks-flex-node/config.json", e.bootstrapTokenConfig(t, sc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	case "sp-cert":
+		if err := h.WriteFile(entratest.SPCertPath, e.entra.SPCertPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.again, nil), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.install(t, h)
-	e.start(t, h, sc, "fresh")
+	_, fresh := e.start(t, h, sc, "fresh")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	t.Logf("BENCH scenario=%s auth=%s join=%v", sc.name, sc.again, fresh.Round(time.Millisecond))
 	h.RunOK(t, sc.agent, "reset")
 }
 
@@ -233,7 +282,8 @@ func (e *env) bootHost(t *testing.T, sc scenario) *aclhost.Host {
 	for _, s := range []string{"install.sh", "uninstall.sh"} {
 		must(h.CopyIn(filepath.Join(repoRoot(), "scripts", s), "/root/dist/"+s, 0o755))
 	}
-	must(h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, nil), 0o600))
+	must(h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.auth, nil), 0o600))
+	e.entra.Trust(t, h)
 	return h
 }
 
@@ -319,8 +369,8 @@ func (e *env) checkConvergedSources(t *testing.T, h *aclhost.Host, sc scenario) 
 		{"file", "file:///var/lib/aks-flex-node-test/bundle"},
 		{"local-link", "/var/lib/aks-flex-node-test/bundle-current"},
 	} {
-		cfg := e.config(sc, func(_, _, bootstrap map[string]any) {
-			bootstrap["offlineArtifacts"] = map[string]any{"source": src.source}
+		cfg := e.config(sc, sc.auth, func(p *cfgParts) {
+			p.bootstrap["offlineArtifacts"] = map[string]any{"source": src.source}
 		})
 		if err := h.WriteFile("/etc/aks-flex-node/config.json", cfg, 0o600); err != nil {
 			t.Fatal(err)
@@ -332,7 +382,7 @@ func (e *env) checkConvergedSources(t *testing.T, h *aclhost.Host, sc scenario) 
 		d, n := e.checkConverged(t, h, sc)
 		t.Logf("BENCH converged-rerun source=%s duration=%v bytes-hashed=%d", src.kind, d.Round(time.Millisecond), n)
 	}
-	if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, nil), 0o600); err != nil {
+	if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.auth, nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -379,25 +429,29 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		name string
-		edit func(kubelet, agent, bootstrap map[string]any)
-		want string
+		name, auth string
+		edit       func(p *cfgParts)
+		want       string
 	}{
-		{"wrong CA", func(k, _, _ map[string]any) { k["caCertData"] = base64.StdEncoding.EncodeToString(otherCA) }, "[ERROR api-server-reachable]"},
-		{"wrong token", func(k, _, _ map[string]any) { k["token"] = "zzzzzz.0123456789abcdef" }, "rejected the bootstrap token zzzzzz"},
-		{"unreachable API server", func(k, _, _ map[string]any) { k["clusterFQDN"] = e.net.Outer + ":1" }, "[ERROR api-server-reachable]"},
-		{"prefix on a read-only mount", func(_, a, _ map[string]any) { a["hostPrefix"] = "/usr/aks-flex-node" }, "[ERROR host-layout]"},
+		{"wrong CA", "bootstrap-token", func(p *cfgParts) { p.kubelet["caCertData"] = base64.StdEncoding.EncodeToString(otherCA) }, "[ERROR api-server-reachable]"},
+		{"wrong token", "bootstrap-token", func(p *cfgParts) { p.azure["bootstrapToken"] = map[string]any{"token": "zzzzzz.0123456789abcdef"} }, "rejected the bootstrap token zzzzzz"},
+		{"unreachable API server", "bootstrap-token", func(p *cfgParts) { p.kubelet["clusterFQDN"] = e.net.Outer + ":1" }, "[ERROR api-server-reachable]"},
+		{"prefix on a read-only mount", "bootstrap-token", func(p *cfgParts) { p.agent["hostPrefix"] = "/usr/aks-flex-node" }, "[ERROR host-layout]"},
 		// One byte changed in the kubelet layer at the registry: refused
 		// by preflight, naming the file, before anything is downloaded.
-		{"tampered bundle", func(_, _, b map[string]any) { b["offlineArtifacts"] = map[string]any{"source": e.tampered} }, artifactPath(e.manifest, "kubelet") + ": layer sha256:"},
+		{"tampered bundle", "bootstrap-token", func(p *cfgParts) { p.bootstrap["offlineArtifacts"] = map[string]any{"source": e.tampered} }, artifactPath(e.manifest, "kubelet") + ": layer sha256:"},
 		// The same in a local bundle: preflight verifies it in full.
-		{"tampered local bundle", func(_, _, b map[string]any) {
-			b["offlineArtifacts"] = map[string]any{"source": "/var/lib/aks-flex-node-test/tampered-bundle"}
+		{"tampered local bundle", "bootstrap-token", func(p *cfgParts) {
+			p.bootstrap["offlineArtifacts"] = map[string]any{"source": "/var/lib/aks-flex-node-test/tampered-bundle"}
 		}, "/var/lib/aks-flex-node-test/tampered-bundle/" + artifactPath(e.manifest, "kubelet") + ": sha256 "},
+		// A managed identity where no IMDS answers (not yet served).
+		{"unreachable IMDS", "msi", nil, "[ERROR identity]: system-assigned managed identity at http://169.254.169.254/metadata/identity/oauth2/token"},
+		// Nothing learns the API server from Azure: the config says so.
+		{"Azure identity without clusterFQDN", "msi", func(p *cfgParts) { delete(p.kubelet, "clusterFQDN") }, "node.kubelet.clusterFQDN: is required with azure.managedIdentity"},
 	}
 	for i, tc := range cases {
 		path := fmt.Sprintf("/root/bad-%d.json", i)
-		if err := h.WriteFile(path, e.config(sc, tc.edit), 0o600); err != nil {
+		if err := h.WriteFile(path, e.config(sc, tc.auth, tc.edit), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -406,10 +460,14 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 		t.Fatal(err)
 	}
 	for i, tc := range cases {
-		stdout, stderr, err := h.Run(e.ctx, "/root/dist/aks-flex-node", "start", "--config", fmt.Sprintf("/root/bad-%d.json", i))
-		if err == nil || !strings.Contains(stdout+stderr, tc.want) || !strings.Contains(stderr, "nothing was changed") {
-			t.Errorf("%s: want a refusal naming %q, got err=%v:\n%s\n%s", tc.name, tc.want, err, stdout, stderr)
-		}
+		e.refuse(t, h, tc.name, fmt.Sprintf("/root/bad-%d.json", i), tc.want)
+	}
+	// IMDS answers now, for an identity the cluster has no RBAC for yet:
+	// cluster-access names what the kubelet would be refused.
+	e.entra.ServeIMDS(t, e.net)
+	e.refuse(t, h, "identity without RBAC", "/etc/aks-flex-node/config.json", "[ERROR cluster-access]")
+	if stdout, _, _ := h.Run(e.ctx, "/root/dist/aks-flex-node", "preflight"); !strings.Contains(stdout, "may not create nodes") || !strings.Contains(stdout, "cluster prepare --identity "+e.entra.MSI.ObjectID) {
+		t.Errorf("preflight without RBAC does not name the missing permission and the remedy:\n%s", stdout)
 	}
 	// `artifacts verify` on the host says the same about the tampered
 	// bundle, on one line, with exit 1; the good one verifies.
@@ -420,6 +478,49 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 	good := strings.TrimSuffix(e.tampered, "-tampered")
 	if stdout, stderr, err := h.Run(e.ctx, "/root/dist/aks-flex-node", "artifacts", "verify", "--source", good, "--kubernetes-version", e.manifest.Components.Kubernetes); err != nil {
 		t.Errorf("artifacts verify %s: %v\n%s\n%s", good, err, stdout, stderr)
+	}
+	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr", "/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := aclhost.Diff(before, after); len(d) > 0 {
+		t.Errorf("a refused start changed the host:\n%s", strings.Join(d, "\n"))
+	}
+}
+
+// spRefusals: a service principal that cannot sign in, for each reason,
+// stops start before it touches the host, naming the identity platform's
+// answer or the file.
+func (e *env) spRefusals(t *testing.T, h *aclhost.Host, sc scenario) {
+	cases := []struct {
+		name, auth string
+		edit       func(p *cfgParts)
+		want       string
+	}{
+		{"wrong secret", "sp-secret", func(p *cfgParts) {
+			p.azure["servicePrincipal"].(map[string]any)["clientSecret"] = "not-the-secret-value"
+		}, "AADSTS7000215: Invalid client secret provided"},
+		{"unknown client", "sp-secret", func(p *cfgParts) {
+			p.azure["servicePrincipal"].(map[string]any)["clientId"] = "00000000-0000-0000-0000-00000000dead"
+		}, "AADSTS700016: Application with identifier '00000000-0000-0000-0000-00000000dead' was not found"},
+		{"certificate file mode 0644", "sp-cert", func(p *cfgParts) {
+			p.azure["servicePrincipal"].(map[string]any)["clientCertificatePath"] = "/root/sp-0644.pem"
+		}, "/root/sp-0644.pem has mode 0644"},
+	}
+	if err := h.WriteFile("/root/sp-0644.pem", e.entra.SPCertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases {
+		if err := h.WriteFile(fmt.Sprintf("/root/bad-sp-%d.json", i), e.config(sc, tc.auth, tc.edit), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr", "/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases {
+		e.refuse(t, h, tc.name, fmt.Sprintf("/root/bad-sp-%d.json", i), tc.want)
 	}
 	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr", "/run")
 	if err != nil {

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/clusterprep"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/identity"
+)
+
+func newClusterCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "What a cluster must grant before nodes join it",
+	}
+	cmd.AddCommand(newClusterPrepareCommand())
+	return cmd
+}
+
+var guidRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+})
+
+func newClusterPrepareCommand() *cobra.Command {
+	var bootstrap bool
+	var objectID, tokenFile, output string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "prepare (--bootstrap-token [--token-file F] [--ttl D] | --identity OBJECT_ID) [--output -|FILE]",
+		Short: "Print the Kubernetes objects an admin applies (kubectl apply -f) before nodes join",
+		Long: `Print the objects a cluster needs before a node joins it, for an admin to
+apply with kubectl; nothing is sent to the cluster from here.
+
+--bootstrap-token: a bootstrap token Secret (kube-system/bootstrap-token-<id>,
+valid for --ttl, in the group ` + clusterprep.BootstrapGroup + `) and the
+ClusterRoleBindings that let that group's kubelets bootstrap (create CSRs),
+have their client CSRs approved without a human, and renew their own
+certificates. The token is generated, or read from --token-file when that
+file exists; a new one is written there (mode 0600) when it does not, so the
+same file feeds config generate and a re-run prints the same token.
+
+--identity OBJECT_ID: the ClusterRoleBinding that lets the Entra identity
+with that object ID (the username an AKS cluster gives it) run a kubelet: the
+system:node role.
+
+Output holding a token is written mode 0600. Applying it twice changes
+nothing but the token's expiry.
+
+  aks-flex-node cluster prepare --bootstrap-token --token-file token --output prepare.yaml
+  kubectl apply -f prepare.yaml
+  aks-flex-node cluster prepare --identity 00000000-0000-0000-0000-000000000000 | kubectl apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var objs []any
+			var header string
+			switch {
+			case bootstrap == (objectID != ""):
+				return invalidf("give one of --bootstrap-token and --identity")
+			case bootstrap:
+				tok, err := prepareToken(tokenFile)
+				if err != nil {
+					return err
+				}
+				if ttl <= 0 {
+					return invalidf("--ttl %v: must be positive", ttl)
+				}
+				expires := time.Now().Add(ttl)
+				objs = clusterprep.BootstrapTokenObjects(tok, expires)
+				header = fmt.Sprintf("aks-flex-node cluster prepare --bootstrap-token: token %s (valid until %s) and its bindings.\nApply with: kubectl apply -f <this file>", tok.ID, expires.UTC().Format(time.RFC3339))
+			default:
+				if !guidRE().MatchString(objectID) {
+					return invalidf("--identity %q: want the identity's object ID, a GUID", objectID)
+				}
+				// Entra writes object IDs in lowercase, and the username
+				// the binding names must match it exactly.
+				objectID = strings.ToLower(objectID)
+				objs = clusterprep.IdentityObjects(objectID)
+				header = fmt.Sprintf("aks-flex-node cluster prepare --identity %s: the identity may run a kubelet.\nApply with: kubectl apply -f <this file>", objectID)
+			}
+			data, err := clusterprep.Render(header, objs)
+			if err != nil {
+				return err
+			}
+			return writeOutput(cmd.OutOrStdout(), output, data)
+		},
+	}
+	cmd.Flags().BoolVar(&bootstrap, "bootstrap-token", false, "prepare for nodes that join with a bootstrap token")
+	cmd.Flags().StringVar(&objectID, "identity", "", "prepare for a node that joins with the Entra identity of this object ID")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "with --bootstrap-token: read the token from this file, or write a new one to it (mode 0600)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "with --bootstrap-token: how long the token is valid")
+	cmd.Flags().StringVarP(&output, "output", "o", "-", `where to write the objects: "-" for stdout, or a file (written 0600)`)
+	return cmd
+}
+
+// prepareToken is the token of path, or a new one written there.
+func prepareToken(path string) (clusterprep.BootstrapToken, error) {
+	if path == "" {
+		return clusterprep.NewBootstrapToken()
+	}
+	tok, err := readTokenFile(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return tok, err
+	}
+	if tok, err = clusterprep.NewBootstrapToken(); err != nil {
+		return tok, err
+	}
+	if _, err := fsutil.WriteFile(path, []byte(tok.String()+"\n"), 0o600); err != nil {
+		return tok, fmt.Errorf("write %s: %w", path, err)
+	}
+	return tok, nil
+}
+
+// readTokenFile reads a bootstrap token file, which must be 0600 and
+// owned by root like any credential file.
+func readTokenFile(path string) (clusterprep.BootstrapToken, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return clusterprep.BootstrapToken{}, err
+	}
+	if os.Geteuid() == 0 {
+		if err := identity.CheckSecretFileInfo(path, fi); err != nil {
+			return clusterprep.BootstrapToken{}, invalid(err)
+		}
+	} else if fi.Mode().Perm()&0o077 != 0 {
+		return clusterprep.BootstrapToken{}, invalidf("%s has mode %04o: a token file must be mode 0600", path, fi.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return clusterprep.BootstrapToken{}, err
+	}
+	tok, err := clusterprep.ParseBootstrapToken(string(data))
+	if err != nil {
+		return tok, invalidf("%s: %v", path, err)
+	}
+	return tok, nil
+}
+
+// writeOutput writes data to stdout ("-") or to file, 0600 and atomically
+// (the output may hold a credential).
+func writeOutput(stdout io.Writer, file string, data []byte) error {
+	if file == "-" || file == "" {
+		_, err := stdout.Write(data)
+		return err
+	}
+	if _, err := fsutil.WriteFile(file, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return nil
+}

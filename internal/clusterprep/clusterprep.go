@@ -1,0 +1,204 @@
+// Package clusterprep owns what a cluster must grant before a node joins
+// it: the objects `aks-flex-node cluster prepare` prints for an admin to
+// apply with kubectl (a bootstrap token Secret and the bindings that let
+// its kubelet bootstrap and have its client certificate approved; the
+// binding an Entra identity needs to run a kubelet), and the permissions
+// preflight's cluster-access check asks the API server about, which are
+// the same facts seen from the node.
+package clusterprep
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// BootstrapGroup is the extra group of the bootstrap tokens cluster
+// prepare makes; its bindings name this group, so they grant nothing to
+// tokens made for other purposes.
+const BootstrapGroup = "system:bootstrappers:aks-flex-node"
+
+// The roles the bindings grant: Kubernetes' own (bootstrap policy), kept
+// current by the API server.
+const (
+	nodeBootstrapperRole = "system:node-bootstrapper"
+	nodeClientRole       = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
+	selfNodeClientRole   = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
+	nodeRole             = "system:node"
+)
+
+// Permission is one thing the node's credential must be allowed to do,
+// as a SelfSubjectAccessReview asks it.
+type Permission struct {
+	Verb, Group, Resource, Subresource, Namespace string
+}
+
+// String is how messages name it: "patch nodes/status",
+// "update leases.coordination.k8s.io in kube-node-lease".
+func (p Permission) String() string {
+	r := p.Resource
+	if p.Group != "" {
+		r += "." + p.Group
+	}
+	if p.Subresource != "" {
+		r += "/" + p.Subresource
+	}
+	s := p.Verb + " " + r
+	if p.Namespace != "" {
+		s += " in " + p.Namespace
+	}
+	return s
+}
+
+// BootstrapTokenPermissions are what a bootstrap token needs for a TLS
+// bootstrap without a human: create its CSR and watch it, and have it
+// approved (the CSR approver asks whether the requester may create
+// certificatesigningrequests/nodeclient).
+var BootstrapTokenPermissions = []Permission{
+	{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests"},
+	{Verb: "watch", Group: "certificates.k8s.io", Resource: "certificatesigningrequests"},
+	{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "nodeclient"},
+}
+
+// KubeletPermissions are what a kubelet that signs in with an Entra
+// identity does (the system:node role grants them; the Node authorizer
+// only knows nodes with certificates): register and update its Node, keep
+// its lease, follow and report its pods, read what they mount, get their
+// service account tokens, record events.
+var KubeletPermissions = []Permission{
+	{Verb: "create", Resource: "nodes"},
+	{Verb: "get", Resource: "nodes"},
+	{Verb: "watch", Resource: "nodes"},
+	{Verb: "patch", Resource: "nodes", Subresource: "status"},
+	{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"},
+	{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"},
+	{Verb: "list", Resource: "pods"},
+	{Verb: "watch", Resource: "pods"},
+	{Verb: "patch", Resource: "pods", Subresource: "status"},
+	{Verb: "create", Resource: "events"},
+	{Verb: "list", Resource: "services"},
+	{Verb: "get", Resource: "configmaps"},
+	{Verb: "get", Resource: "secrets"},
+	{Verb: "create", Resource: "serviceaccounts", Subresource: "token"},
+	{Verb: "create", Group: "storage.k8s.io", Resource: "csinodes"},
+	{Verb: "list", Group: "node.k8s.io", Resource: "runtimeclasses"},
+}
+
+// BootstrapToken is a token in the id.secret form.
+type BootstrapToken struct{ ID, Secret string }
+
+func (t BootstrapToken) String() string { return t.ID + "." + t.Secret }
+
+const tokenChars = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// NewBootstrapToken makes a random token: 6 and 16 of [a-z0-9].
+func NewBootstrapToken() (BootstrapToken, error) {
+	pick := func(n int) (string, error) {
+		b := make([]byte, n)
+		for i := range b {
+			v, err := rand.Int(rand.Reader, big.NewInt(int64(len(tokenChars))))
+			if err != nil {
+				return "", err
+			}
+			b[i] = tokenChars[v.Int64()]
+		}
+		return string(b), nil
+	}
+	id, err := pick(6)
+	if err != nil {
+		return BootstrapToken{}, err
+	}
+	secret, err := pick(16)
+	return BootstrapToken{ID: id, Secret: secret}, err
+}
+
+// ParseBootstrapToken reads a token; errors never echo the secret.
+func ParseBootstrapToken(s string) (BootstrapToken, error) {
+	id, secret, ok := strings.Cut(strings.TrimSpace(s), ".")
+	valid := func(v string, n int) bool {
+		return len(v) == n && strings.Trim(v, tokenChars) == ""
+	}
+	if !ok || !valid(id, 6) || !valid(secret, 16) {
+		return BootstrapToken{}, fmt.Errorf("not a bootstrap token: want <6 lowercase alphanumerics>.<16 lowercase alphanumerics>")
+	}
+	return BootstrapToken{ID: id, Secret: secret}, nil
+}
+
+// BootstrapTokenObjects are the Secret of token t, valid until expires,
+// and the bindings that let its kubelet bootstrap: create CSRs, have its
+// client CSR approved, and later renew its own certificate.
+func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
+	secret := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + t.ID, Namespace: metav1.NamespaceSystem},
+		Type:       corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			"description":                    "aks-flex-node bootstrap token (aks-flex-node cluster prepare)",
+			"token-id":                       t.ID,
+			"token-secret":                   t.Secret,
+			"expiration":                     expires.UTC().Format(time.RFC3339),
+			"usage-bootstrap-authentication": "true",
+			"usage-bootstrap-signing":        "true",
+			"auth-extra-groups":              BootstrapGroup,
+		},
+	}
+	return []any{
+		secret,
+		binding("aks-flex-node:kubelet-bootstrap", nodeBootstrapperRole, group(BootstrapGroup)),
+		binding("aks-flex-node:node-autoapprove-bootstrap", nodeClientRole, group(BootstrapGroup)),
+		binding("aks-flex-node:node-autoapprove-certificate-rotation", selfNodeClientRole, group("system:nodes")),
+	}
+}
+
+// IdentityObjects is the binding that lets the Entra identity with object
+// ID objectID (its username, by the cluster's claim mapping) run a
+// kubelet: the system:node role.
+func IdentityObjects(objectID string) []any {
+	return []any{binding("aks-flex-node:node:"+objectID, nodeRole,
+		[]rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: objectID}})}
+}
+
+func group(name string) []rbacv1.Subject {
+	return []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: name}}
+}
+
+func binding(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "aks-flex-node"}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
+	}
+}
+
+// Render writes objs as one YAML stream, after a comment header.
+func Render(header string, objs []any) ([]byte, error) {
+	var b bytes.Buffer
+	for _, l := range strings.Split(strings.TrimSpace(header), "\n") {
+		b.WriteString("# " + l + "\n")
+	}
+	for _, o := range objs {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			// The objects hold a token; the encoder's error could quote it.
+			return nil, fmt.Errorf("encode %T failed", o)
+		}
+		b.WriteString("---\n")
+		b.Write(stripNullCreation(data))
+	}
+	return b.Bytes(), nil
+}
+
+// stripNullCreation drops the "creationTimestamp: null" every typed object
+// marshals: noise in a file an admin reads.
+func stripNullCreation(data []byte) []byte {
+	return bytes.ReplaceAll(data, []byte("  creationTimestamp: null\n"), nil)
+}
