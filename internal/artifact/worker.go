@@ -212,7 +212,9 @@ func workerImageProblems(dir string, m *Manifest) []Problem {
 			add(filepath.Join(dir, filepath.FromSlash(f.Path)), "blob is named %s but its sha256 is %s", b, f.SHA256)
 		}
 	}
-	blob := func(digest string) string { return WorkerImageDir + "/blobs/sha256/" + strings.TrimPrefix(digest, "sha256:") }
+	blob := func(digest string) string {
+		return WorkerImageDir + "/blobs/sha256/" + strings.TrimPrefix(digest, "sha256:")
+	}
 	for _, need := range []string{WorkerImageDir + "/oci-layout", WorkerImageDir + "/index.json", blob(wi.Digest)} {
 		if files[need] == nil {
 			add(where, "workerImage %s: %s is not listed", wi.Digest, need)

@@ -85,7 +85,7 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 			m, err := artifact.Build(cmd.Context(), artifact.BuildOptions{
 				Spec: s, Arch: arch, OutputDir: out, FromDir: from, LegalDir: legal,
 				PullImage: reg.PullImageArchive, WorkerImage: worker,
-				Note:      func(n string) { fmt.Fprintln(cmd.ErrOrStderr(), n) },
+				Note: func(n string) { fmt.Fprintln(cmd.ErrOrStderr(), n) },
 			})
 			if err != nil {
 				return fmt.Errorf("artifacts build: %w", err)
