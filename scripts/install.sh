@@ -13,6 +13,8 @@ readonly STATE_DIR=/var/lib/aks-flex-node
 readonly RECORD="$STATE_DIR/install-record"
 readonly DEFAULT_CONFIG=/etc/aks-flex-node/config.json
 readonly RELEASE_BASE=https://github.com/Azure/aks-flex-node/releases/download
+# A download is at most this many bytes (transport.MaxFile in the binary).
+readonly MAX_DOWNLOAD=$((512 * 1024 * 1024))
 
 usage() {
 	cat <<EOF
@@ -22,6 +24,7 @@ Binary source (one of):
   --binary PATH          install a local file         (AKS_FLEX_NODE_LOCAL_BINARY)
   --version VERSION      download a release           (AKS_FLEX_NODE_VERSION)
   --download-url URL     download from URL            (AKS_FLEX_NODE_DOWNLOAD_URL)
+                         https; plain http only from localhost/127.0.0.0/8/[::1]
 Checksum (required; mismatch installs nothing):
   --sha256 HEX           expected SHA-256             (AKS_FLEX_NODE_SHA256)
                          default: PATH.sha256 or URL.sha256
@@ -39,6 +42,61 @@ die() {
 	exit 1
 }
 note() { echo "install.sh: $*"; }
+
+# The transport policy the binary applies to everything it fetches
+# (internal/transport), here for the binary itself, which cannot be asked
+# before it is downloaded: https; plain http only from a loopback host,
+# never proxied; redirects only to https; bounded in time (connect 30 s, no
+# data for 60 s, 60 min overall) and size.
+curl_opts=()
+check_url() {
+	local u="$1" authority host
+	case "$u" in
+	https://*)
+		curl_opts=(--proto "=https" --proto-redir "=https")
+		return 0
+		;;
+	http://*) ;;
+	*) die "$u: only https URLs are downloaded (plain http only from a loopback host)" ;;
+	esac
+	authority=${u#http://}
+	authority=${authority%%[/?#]*}
+	authority=${authority##*@}
+	case "$authority" in
+	\[*)
+		host=${authority#[}
+		host=${host%%]*}
+		;;
+	*) host=${authority%%:*} ;;
+	esac
+	host=${host,,}
+	if [ "$host" = localhost ] || [ "$host" = ::1 ] || [[ $host =~ ^127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]]; then
+		curl_opts=(--proto "=http" --proto-redir "=https" --noproxy '*')
+		return 0
+	fi
+	die "$u: plain http is downloaded only from a loopback host (localhost, 127.0.0.0/8, [::1]); use an https URL"
+}
+
+# fetch URL DEST: download under the policy check_url set. --max-filesize
+# refuses an announced size up front; head stops a body that never ends.
+# Retries here, not curl's --retry, so a retry starts DEST afresh; a
+# refused protocol (1) or an HTTP error (22) is not retried.
+fetch() {
+	local url="$1" dest="$2" rc=0 attempt
+	for attempt in 1 2 3; do
+		rc=0
+		curl -fsSL "${curl_opts[@]}" --connect-timeout 30 --speed-limit 1 --speed-time 60 --max-time 3600 \
+			--max-filesize "$MAX_DOWNLOAD" "$url" | head -c "$((MAX_DOWNLOAD + 1))" >"$dest" || rc=$?
+		if [ "$rc" -eq 63 ] || [ "$(wc -c <"$dest")" -gt "$MAX_DOWNLOAD" ]; then
+			die "$url is larger than $MAX_DOWNLOAD bytes, more than an aks-flex-node binary can be; nothing was installed"
+		fi
+		case "$rc" in
+		0 | 1 | 22) return "$rc" ;;
+		esac
+		sleep "$attempt"
+	done
+	return "$rc"
+}
 
 binary="${AKS_FLEX_NODE_LOCAL_BINARY:-}"
 version="${AKS_FLEX_NODE_VERSION:-}"
@@ -96,11 +154,13 @@ else
 		[ -n "$version" ] || die "no binary source: give --binary PATH, --version VERSION or --download-url URL"
 		url="$RELEASE_BASE/$version/$NAME-linux-$arch"
 	fi
+	check_url "$url"
 	command -v curl >/dev/null || die "curl is needed to download $url"
-	curl -fsSL --retry 3 -o "$staged" "$url" || die "download $url failed"
+	fetch "$url" "$staged" || die "download $url failed"
 	if [ -z "$sha" ]; then
-		curl -fsSL --retry 3 -o "$stage/sum" "$url.sha256" || die "no --sha256 given and $url.sha256 could not be downloaded"
+		fetch "$url.sha256" "$stage/sum" || die "no --sha256 given and $url.sha256 could not be downloaded"
 		sha=$(awk '{print $1; exit}' "$stage/sum")
+		note "checksum from $url.sha256, the server the binary came from: it catches a damaged download, not a compromised server (pass --sha256 from another source for that)"
 	fi
 	source_desc="$url"
 fi

@@ -19,6 +19,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 var testComponents = Components{Kubernetes: "1.35.0", Containerd: "1.6.20", Runc: "1.3.0", CNI: "1.6.2", Crictl: "1.35.0"}
@@ -439,7 +440,7 @@ func TestFetch(t *testing.T) {
 	up := Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}
 	ds := up.URLs(testComponents, runtime.GOARCH)
 	dest := t.TempDir()
-	if err := Fetch(ctx, srv.Client(), ds, dest); err != nil {
+	if err := Fetch(ctx, transport.Policy{}, ds, dest); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range ds {
@@ -465,7 +466,7 @@ func TestFetch(t *testing.T) {
 	kubeletURL := strings.TrimPrefix(ds[0].URL, srv.URL)
 	n, _ := hits.Load(kubeletURL)
 	before := *(n.(*int))
-	if err := Fetch(ctx, srv.Client(), ds, dest); err != nil {
+	if err := Fetch(ctx, transport.Policy{}, ds, dest); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := hits.Load(kubeletURL); *(n.(*int)) != before {
@@ -477,7 +478,7 @@ func TestFetchRejectsChecksumMismatch(t *testing.T) {
 	srv, _ := fakeUpstream(t, testComponents, Runc)
 	ds := Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}.URLs(testComponents, runtime.GOARCH)
 	dest := t.TempDir()
-	err := Fetch(context.Background(), srv.Client(), ds, dest)
+	err := Fetch(context.Background(), transport.Policy{}, ds, dest)
 	if err == nil || !strings.Contains(err.Error(), "fetch runc") || !strings.Contains(err.Error(), "runc.sha256sum") {
 		t.Fatalf("err = %v", err)
 	}
@@ -487,7 +488,7 @@ func TestFetchRejectsChecksumMismatch(t *testing.T) {
 	}
 
 	ds[0].URL += "-missing"
-	if err := Fetch(context.Background(), srv.Client(), ds[:1], t.TempDir()); err == nil || !strings.Contains(err.Error(), "404") {
+	if err := Fetch(context.Background(), transport.Policy{}, ds[:1], t.TempDir()); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("404: %v", err)
 	}
 }

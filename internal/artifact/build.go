@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 // BuildOptions are the inputs of Build.
@@ -33,10 +33,11 @@ type BuildOptions struct {
 	// LegalDir, when set, must hold a LICENSE; notice files are included
 	// when present. Empty includes no legal files.
 	LegalDir string
-	// Upstream and Client are for the online mode (tests point them at a
-	// local server).
-	Upstream Upstream
-	Client   *http.Client
+	// Upstream and Transport are for the online mode: the download sites
+	// (tests point them at a local server) and the transport policy (the
+	// zero value is the product's; tests shorten its limits).
+	Upstream  Upstream
+	Transport transport.Policy
 	// PullImage writes the image ref for linux/arch as an image archive
 	// at dst (online mode only); Registry.PullImageArchive is the real one.
 	PullImage func(ctx context.Context, ref, arch, dst string) error
@@ -157,7 +158,7 @@ func (b *builder) components() error {
 	}
 	sort.Strings(names)
 	if b.o.FromDir == "" {
-		if err := Fetch(b.ctx, b.o.Client, b.o.Upstream.URLs(s.Components, b.arch), b.dir); err != nil {
+		if err := Fetch(b.ctx, b.o.Transport, b.o.Upstream.URLs(s.Components, b.arch), b.dir); err != nil {
 			return err
 		}
 		for _, c := range names {
@@ -322,7 +323,7 @@ func copyMirrored(ctx context.Context, src, bundle string, d Download) (File, er
 	if _, err := os.Stat(from); err != nil {
 		return File{}, fmt.Errorf("--from-dir %s has neither %s nor the mirrored %s (see docs/offline-bundle.md): %w", src, d.Path, MirrorPath(d.URL), err)
 	}
-	cf, err := os.Open(sumPath)
+	cf, err := fsutil.OpenRegular(sumPath)
 	if err != nil {
 		return File{}, fmt.Errorf("--from-dir %s: %s needs its mirrored checksum file: %w", src, MirrorPath(d.URL), err)
 	}
@@ -347,16 +348,11 @@ func copyFile(ctx context.Context, from, bundle, rel string) (File, error) {
 	if err := validRel(rel); err != nil {
 		return File{}, err
 	}
-	in, err := os.Open(from)
+	in, err := fsutil.OpenRegular(from)
 	if err != nil {
 		return File{}, err
 	}
 	defer in.Close()
-	if fi, err := in.Stat(); err != nil {
-		return File{}, err
-	} else if !fi.Mode().IsRegular() {
-		return File{}, fmt.Errorf("%s is not a regular file", from)
-	}
 	dst := filepath.Join(bundle, filepath.FromSlash(rel))
 	if err := mkdirs(bundle, path.Dir(rel)); err != nil {
 		return File{}, err

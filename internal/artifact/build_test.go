@@ -269,7 +269,7 @@ func TestBuildOnline(t *testing.T) {
 	srv, _ := fakeUpstream(t, testComponents, "")
 	pulled := 0
 	out := filepath.Join(t.TempDir(), "b")
-	_, notes, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
+	_, notes, err := build(t, BuildOptions{OutputDir: out, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"},
 		PullImage: func(_ context.Context, ref, arch, dst string) error {
 			pulled++
 			return os.WriteFile(dst, pauseTar, 0o600)
@@ -286,7 +286,7 @@ func TestBuildOnline(t *testing.T) {
 	}
 	pinned := testSpec()
 	pinned.Images[0].Ref += "@sha256:" + strings.Repeat("a", 64)
-	_, notes, err = build(t, BuildOptions{Spec: pinned, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"}, Client: srv.Client(),
+	_, notes, err = build(t, BuildOptions{Spec: pinned, Upstream: Upstream{KubernetesURL: srv.URL, GitHubURL: srv.URL + "/gh"},
 		PullImage: func(_ context.Context, ref, arch, dst string) error { return os.WriteFile(dst, pauseTar, 0o600) }})
 	if err != nil || len(notes) != 0 {
 		t.Errorf("pinned image: notes %q, %v", notes, err)

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"path"
 	"path/filepath"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 // Download is one upstream release file, the checksum file that vouches
@@ -66,29 +66,29 @@ func (u Upstream) URLs(c Components, arch string) []Download {
 	return ds
 }
 
-// Fetch downloads each file into destDir at its bundle path. The expected
-// SHA-256 comes from the upstream checksum file; the payload streams to a
-// temp file next to its destination and is renamed into place only when
-// it hashes to that value, and its .sha256 sidecar is written after it. A
-// file already present with the right hash is not downloaded again.
-func Fetch(ctx context.Context, client *http.Client, downloads []Download, destDir string) error {
-	if client == nil {
-		client = http.DefaultClient
-	}
+// Fetch downloads each file into destDir at its bundle path, under
+// transport policy pol (the zero Policy is the product's: https, plain
+// HTTP only from loopback, the default time bounds). The expected SHA-256
+// comes from the upstream checksum file; the payload, at most
+// transport.MaxFile bytes, streams to a temp file next to its destination
+// while it is hashed, and is renamed into place only when it hashes to
+// that value; its .sha256 sidecar is written after it. A file already
+// present with the right hash is not downloaded again.
+func Fetch(ctx context.Context, pol transport.Policy, downloads []Download, destDir string) error {
 	for _, d := range downloads {
-		if err := fetchOne(ctx, client, d, destDir); err != nil {
+		if err := fetchOne(ctx, pol, d, destDir); err != nil {
 			return fmt.Errorf("fetch %s: %w", d.Component, err)
 		}
 	}
 	return nil
 }
 
-func fetchOne(ctx context.Context, client *http.Client, d Download, destDir string) error {
+func fetchOne(ctx context.Context, pol transport.Policy, d Download, destDir string) error {
 	if err := validRel(d.Path); err != nil {
 		return err
 	}
 	dst := filepath.Join(destDir, filepath.FromSlash(d.Path))
-	want, err := fetchChecksum(ctx, client, d.SHA256URL, path.Base(d.URL))
+	want, err := fetchChecksum(ctx, pol, d.SHA256URL, path.Base(d.URL))
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func fetchOne(ctx context.Context, client *http.Client, d Download, destDir stri
 	if err := fsutil.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	body, err := get(ctx, client, d.URL)
+	body, err := pol.Get(ctx, d.URL, transport.MaxFile)
 	if err != nil {
 		return err
 	}
@@ -110,33 +110,26 @@ func fetchOne(ctx context.Context, client *http.Client, d Download, destDir stri
 		if errors.As(err, &me) {
 			return fmt.Errorf("%s: sha256 %s != %s from %s", d.URL, me.Got, want, d.SHA256URL)
 		}
+		var te *transport.TimeoutError
+		var tl *transport.TooLargeError
+		if errors.As(err, &te) || errors.As(err, &tl) {
+			return err // they name the URL
+		}
 		return fmt.Errorf("GET %s: %w", d.URL, err)
 	}
 	_, err = fsutil.WriteFile(dst+".sha256", sidecar, 0o644)
 	return err
 }
 
-func get(ctx context.Context, client *http.Client, url string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return resp.Body, nil
-}
+// maxChecksumFile caps an upstream checksum file (runc's lists every
+// asset; a few KiB).
+const maxChecksumFile = 1 << 20
 
 // fetchChecksum reads a sha256sum-style checksum file and returns the
 // hash for file: the line naming it, or the only hash when the file holds
 // a bare one (dl.k8s.io's .sha256).
-func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (string, error) {
-	body, err := get(ctx, client, url)
+func fetchChecksum(ctx context.Context, pol transport.Policy, url, file string) (string, error) {
+	body, err := pol.Get(ctx, url, maxChecksumFile)
 	if err != nil {
 		return "", err
 	}
@@ -152,7 +145,7 @@ func fetchChecksum(ctx context.Context, client *http.Client, url, file string) (
 func parseChecksum(r io.Reader, file string) (string, error) {
 	var only string
 	lines := 0
-	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
+	sc := bufio.NewScanner(io.LimitReader(r, maxChecksumFile))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 {

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsroot"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -42,8 +43,10 @@ type installer struct {
 // archives into nodedirs.ImageArchives. Nothing is
 // written unless the whole bundle verifies. Writes are atomic, and a file
 // that already has the wanted content and mode is left alone, so a re-run
-// reports Changed=false. Directories are resolved inside machineRoot, so
-// links in the rootfs cannot redirect a write to the host.
+// reports Changed=false. Directories are resolved inside machineRoot and
+// written through an os.Root there, so links in the rootfs (even ones a
+// running machine swaps in while we work) cannot redirect a write to the
+// host.
 func Install(ctx context.Context, dir, machineRoot string, log *slog.Logger) (task.Result, error) {
 	m, ps := verify(ctx, dir, Components{}, runtime.GOARCH)
 	if len(ps) > 0 {
@@ -98,22 +101,22 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 	}, nil
 }
 
-// target resolves machine directory dir inside the rootfs, creating it.
-func (in *installer) target(dir, name string) (string, error) {
-	d, err := fsroot.MkdirAll(in.machineRoot, dir, 0o755)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(d, name), nil
+// target resolves machine directory dir inside the rootfs, creating it,
+// and opens it confined to the rootfs. The caller closes it.
+func (in *installer) target(dir string) (*os.Root, error) {
+	return fsroot.MkdirOpen(in.machineRoot, dir, 0o755)
 }
 
 func (in *installer) file(f File, dir, name string, mode fs.FileMode) error {
-	dst, err := in.target(dir, name)
+	d, err := in.target(dir)
 	if err != nil {
 		return err
 	}
-	open := func() (io.ReadCloser, error) { return os.Open(filepath.Join(in.dir, filepath.FromSlash(f.Path))) }
-	return in.place(dst, open, mode, f.SHA256)
+	defer d.Close()
+	open := func() (io.ReadCloser, error) {
+		return fsutil.OpenRegular(filepath.Join(in.dir, filepath.FromSlash(f.Path)))
+	}
+	return in.place(d, name, open, mode, f.SHA256)
 }
 
 // tarball installs the executable regular members pick accepts. A tarball
@@ -123,16 +126,21 @@ func (in *installer) file(f File, dir, name string, mode fs.FileMode) error {
 // tarball changed since it was verified installs nothing.
 func (in *installer) tarball(f File, dir string, pick func(name string) (string, bool)) error {
 	src := filepath.Join(in.dir, filepath.FromSlash(f.Path))
-	fh, err := os.Open(src)
+	fh, err := fsutil.OpenRegular(src)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	type member struct{ tmp, dst, sum string }
+	d, err := in.target(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	type member struct{ tmp, name, sum string }
 	var staged []member
 	defer func() {
 		for _, s := range staged {
-			os.Remove(s.tmp) // a no-op once renamed
+			d.Remove(s.tmp) // a no-op once renamed
 		}
 	}()
 	// Hash while reading: what is unpacked must be what was verified.
@@ -158,15 +166,11 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		if !ok || base == "." || base == ".." || strings.HasPrefix(name, "/") || strings.HasPrefix(name, "../") {
 			continue
 		}
-		dst, err := in.target(dir, base)
-		if err != nil {
-			return err
-		}
-		tmp, sum, err := writeTemp(in.ctx, dst, tr, binMode)
+		tmp, sum, err := writeTemp(in.ctx, d, base, tr, binMode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		staged = append(staged, member{tmp, dst, sum})
+		staged = append(staged, member{tmp, base, sum})
 	}
 	// Drain through the hash: bytes after the tar end count too.
 	if _, err := io.Copy(io.Discard, hr); err != nil {
@@ -180,29 +184,29 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 	}
 	for _, s := range staged {
 		in.files++
-		if same, err := sameFile(in.ctx, s.dst, binMode, s.sum); err != nil {
+		if same, err := sameFileIn(in.ctx, d, s.name, binMode, s.sum); err != nil {
 			return err
 		} else if same {
 			continue
 		}
-		if err := os.Rename(s.tmp, s.dst); err != nil {
+		if err := d.Rename(s.tmp, s.name); err != nil {
 			return err
 		}
 		in.changed++
-		in.log.Debug("installed", "path", s.dst, "sha256", s.sum)
+		in.log.Debug("installed", "path", filepath.Join(d.Name(), s.name), "sha256", s.sum)
 	}
 	return nil
 }
 
-// place makes dst hold the content open yields with mode. When wantHex is
-// known, a dst that already matches is skipped without reading the
-// source, and content that does not hash to it is refused. The new
-// content goes to a temp file next to dst and is renamed over it (a
-// symlink at dst is replaced, not followed).
-func (in *installer) place(dst string, open func() (io.ReadCloser, error), mode fs.FileMode, wantHex string) error {
+// place makes name in d hold the content open yields with mode. When
+// wantHex is known, a file that already matches is skipped without
+// reading the source, and content that does not hash to it is refused.
+// The new content goes to a temp file beside name and is renamed over it
+// (a symlink at name is replaced, not followed).
+func (in *installer) place(d *os.Root, name string, open func() (io.ReadCloser, error), mode fs.FileMode, wantHex string) error {
 	in.files++
 	if wantHex != "" {
-		if same, err := sameFile(in.ctx, dst, mode, wantHex); err != nil {
+		if same, err := sameFileIn(in.ctx, d, name, mode, wantHex); err != nil {
 			return err
 		} else if same {
 			return nil
@@ -213,7 +217,7 @@ func (in *installer) place(dst string, open func() (io.ReadCloser, error), mode 
 		return err
 	}
 	defer r.Close()
-	got, changed, err := writeStream(in.ctx, dst, r, mode, wantHex, wantHex == "")
+	got, changed, err := writeStreamIn(in.ctx, d, name, r, mode, wantHex, wantHex == "")
 	if err != nil {
 		var me *MismatchError
 		if errors.As(err, &me) {
@@ -223,7 +227,7 @@ func (in *installer) place(dst string, open func() (io.ReadCloser, error), mode 
 	}
 	if changed {
 		in.changed++
-		in.log.Debug("installed", "path", dst, "sha256", got)
+		in.log.Debug("installed", "path", filepath.Join(d.Name(), name), "sha256", got)
 	}
 	return nil
 }

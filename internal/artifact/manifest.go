@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -157,11 +156,12 @@ func validHex(s string) bool {
 	return true
 }
 
-// LoadManifest reads and checks dir/manifest.json: strict JSON, schema
+// LoadManifest reads and checks dir/manifest.json: a regular file (a
+// named pipe there is refused, not waited on), strict JSON, schema
 // version, and paths that stay inside the bundle.
 func LoadManifest(dir string) (*Manifest, error) {
 	p := filepath.Join(dir, ManifestName)
-	f, err := os.Open(p)
+	f, err := fsutil.OpenRegular(p)
 	if err != nil {
 		return nil, err
 	}

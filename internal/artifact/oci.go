@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -20,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 // A bundle in a registry is one OCI artifact (docs/offline-bundle.md):
@@ -43,17 +43,23 @@ const (
 	OCIScheme = "oci://"
 )
 
-// Registry talks to the registry holding bundles.
+// Registry talks to the registry holding bundles, under the transport
+// policy (internal/transport).
 type Registry struct {
-	// PlainHTTP allows http:// for a registry that is not on loopback
-	// (bootstrap.offlineArtifacts.plainHTTP, --plain-http). Loopback
-	// registries (127.0.0.0/8, ::1, localhost) may always use it.
+	// PlainHTTP allows http:// to the registry of the reference at hand
+	// when it is not on loopback (bootstrap.offlineArtifacts.plainHTTP,
+	// --plain-http); that registry only, not a host it redirects to.
+	// Loopback registries (127.0.0.0/8, ::1, localhost) may always use it.
 	PlainHTTP bool
-	// Transport is the base transport; nil means remote.DefaultTransport.
-	Transport http.RoundTripper
+	// Limits bound each request; zero fields take transport.DefaultLimits'.
+	Limits transport.Limits
 	// Keychain finds credentials; nil means the docker config keychain.
 	Keychain authn.Keychain
 }
+
+// PlainHTTPKey is what allows plain HTTP to a bundle registry; refusals
+// name it.
+const PlainHTTPKey = "bootstrap.offlineArtifacts.plainHTTP (artifacts commands: --plain-http)"
 
 // ParseReference parses "oci://registry/repository:tag" (or @sha256:...).
 func (r Registry) ParseReference(source string) (name.Reference, error) {
@@ -66,51 +72,29 @@ func (r Registry) ParseReference(source string) (name.Reference, error) {
 		return nil, fmt.Errorf("%q: %w (want oci://registry/repository:tag)", source, err)
 	}
 	var opts []name.Option
-	if r.PlainHTTP || isLoopback(probe.Context().RegistryStr()) {
+	if r.policy(probe).PlainHTTPAllowed(probe.Context().RegistryStr()) {
 		opts = append(opts, name.Insecure)
 	}
 	return name.ParseReference(s, append(opts, name.StrictValidation)...)
 }
 
-// isLoopback reports whether host[:port] is a loopback name or address.
-func isLoopback(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
+// policy is the transport policy for ref's registry: go-containerregistry
+// on its own would also use plain HTTP for RFC 1918 and .local
+// registries, a downgrade nobody asked for.
+func (r Registry) policy(ref name.Reference) transport.Policy {
+	p := transport.Policy{OptIn: PlainHTTPKey, Limits: r.Limits}
+	if r.PlainHTTP {
+		p.PlainHTTPHost = ref.Context().RegistryStr()
 	}
-	host = strings.Trim(host, "[]")
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return p
 }
 
-// guard refuses plain HTTP to anything but loopback unless allowed:
-// go-containerregistry itself would also use it for RFC 1918 and .local
-// registries, which is a downgrade nobody asked for.
-type guard struct {
-	base      http.RoundTripper
-	plainHTTP bool
-}
-
-func (g guard) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme == "http" && !g.plainHTTP && !isLoopback(req.URL.Host) {
-		return nil, fmt.Errorf("refusing plain HTTP to %s: only loopback registries may use it unless bootstrap.offlineArtifacts.plainHTTP (or --plain-http) is set", req.URL.Host)
-	}
-	return g.base.RoundTrip(req)
-}
-
-func (r Registry) options(ctx context.Context) []remote.Option {
-	base := r.Transport
-	if base == nil {
-		base = remote.DefaultTransport
-	}
+func (r Registry) options(ctx context.Context, ref name.Reference) []remote.Option {
 	kc := r.Keychain
 	if kc == nil {
 		kc = authn.DefaultKeychain
 	}
-	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(guard{base, r.PlainHTTP}), remote.WithAuthFromKeychain(kc)}
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(r.policy(ref).RoundTripper()), remote.WithAuthFromKeychain(kc)}
 }
 
 // fileLayer is one bundle file as an uncompressed layer; the digest is
@@ -183,7 +167,7 @@ func (r Registry) Push(ctx context.Context, dir, source string) (string, error) 
 	for _, l := range m.Legal {
 		known[l.Path] = l.SHA256
 	}
-	opts := r.options(ctx)
+	opts := r.options(ctx, ref)
 	repo := ref.Context()
 	var layers []v1.Descriptor
 	for _, rel := range bundleFiles(m) {
@@ -250,7 +234,7 @@ func (r Registry) Inspect(ctx context.Context, source string, want Components, a
 	if err != nil {
 		return fail(err)
 	}
-	opts := r.options(ctx)
+	opts := r.options(ctx, ref)
 	desc, err := remote.Get(ref, opts...)
 	if err != nil {
 		return fail(fmt.Errorf("fetch artifact manifest: %w", err))
@@ -340,7 +324,7 @@ func (r Registry) Inspect(ctx context.Context, source string, want Components, a
 // interrupted pull resumes per file. manifest.json is written last. It
 // does not verify the result as a bundle: run Verify on dir.
 func (r Registry) Pull(ctx context.Context, rem *Remote, dir string) (downloaded int64, err error) {
-	opts := r.options(ctx)
+	opts := r.options(ctx, rem.Ref)
 	titles := make([]string, 0, len(rem.layers))
 	for t := range rem.layers {
 		titles = append(titles, t)
@@ -398,7 +382,7 @@ func (r Registry) pullLayer(ctx context.Context, repo name.Repository, l v1.Desc
 // manifest.json's checksum and agree with its .sha256 layer. Run Inspect
 // first; every problem names the file.
 func (r Registry) VerifyRemote(ctx context.Context, rem *Remote) []Problem {
-	opts := r.options(ctx)
+	opts := r.options(ctx, rem.Ref)
 	var ps []Problem
 	check := func(rel, want string, image bool) {
 		sideL, err := remote.Layer(rem.Ref.Context().Digest(rem.layers[rel+".sha256"].Digest.String()), opts...)
@@ -429,7 +413,9 @@ func (r Registry) VerifyRemote(ctx context.Context, rem *Remote) []Problem {
 			return
 		}
 		defer rc.Close()
-		sum, imageErr, err := hashStream(ctx, rc, image)
+		// Held to its manifest size: a registry that streams on past it
+		// gets a mismatch, not the rest of the transfer's time bound.
+		sum, imageErr, err := hashStream(ctx, io.LimitReader(rc, rem.layers[rel].Size+1), image)
 		switch {
 		case err != nil:
 			ps = append(ps, Problem{rel, fmt.Sprintf("read from %s: %v", rem.Ref, err)})
@@ -456,7 +442,7 @@ func (r Registry) PullImageArchive(ctx context.Context, ref, arch, dst string) e
 	if err != nil {
 		return err
 	}
-	img, err := remote.Image(ir, append(r.options(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))...)
+	img, err := remote.Image(ir, append(r.options(ctx, ir), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))...)
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,13 @@
 package artifact
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -227,31 +227,32 @@ func TestPushRefusesTamperedBundle(t *testing.T) {
 	}
 }
 
+// TestPlainHTTPOnlyLoopback: the bundle registry's transport policy
+// allows plain HTTP to loopback, and to the reference's own registry only
+// with PlainHTTP; refusals say how to allow it.
 func TestPlainHTTPOnlyLoopback(t *testing.T) {
-	for host, want := range map[string]bool{"127.0.0.1:5000": true, "127.1.2.3": true, "[::1]:80": true, "localhost:5000": true, "10.1.2.3:5000": false, "registry.local": false, "example.com": false} {
-		if isLoopback(host) != want {
-			t.Errorf("isLoopback(%s) = %v", host, !want)
-		}
-	}
-	ok := http.RoundTripper(roundTripFunc(func(*http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: 200, Body: io.NopCloser(bytes.NewReader(nil))}, nil
-	}))
 	for _, tc := range []struct {
-		url   string
-		plain bool
-		fail  bool
+		ref, url string
+		plain    bool
+		fail     bool
 	}{
-		{"http://10.1.2.3:5000/v2/", false, true},
-		{"http://10.1.2.3:5000/v2/", true, false},
-		{"https://10.1.2.3:5000/v2/", false, false},
-		{"http://127.0.0.1:5000/v2/", false, false},
+		{"10.1.2.3:5000/b:v1", "http://10.1.2.3:5000/v2/", false, true},
+		{"10.1.2.3:5000/b:v1", "http://10.1.2.3:5000/v2/", true, false},
+		{"10.1.2.3:5000/b:v1", "http://10.9.9.9:5000/v2/", true, true},
+		{"registry.local/b:v1", "http://registry.local/v2/", false, true},
+		{"10.1.2.3:5000/b:v1", "https://10.1.2.3:5000/v2/", false, false},
+		{"127.0.0.1:5000/b:v1", "http://127.0.0.1:5000/v2/", false, false},
 	} {
-		req, _ := http.NewRequest(http.MethodGet, tc.url, nil)
-		_, err := guard{ok, tc.plain}.RoundTrip(req)
-		if (err != nil) != tc.fail {
-			t.Errorf("%s plain=%v: err = %v", tc.url, tc.plain, err)
+		ref, err := name.ParseReference(tc.ref)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err != nil && !strings.Contains(err.Error(), "plainHTTP") {
+		u, _ := url.Parse(tc.url)
+		err = Registry{PlainHTTP: tc.plain}.policy(ref).Allow(u)
+		if (err != nil) != tc.fail {
+			t.Errorf("%s for %s plain=%v: err = %v", tc.url, tc.ref, tc.plain, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "plainHTTP") || !strings.Contains(err.Error(), "https")) {
 			t.Errorf("error does not say how to allow it: %v", err)
 		}
 	}
@@ -259,10 +260,6 @@ func TestPlainHTTPOnlyLoopback(t *testing.T) {
 		t.Error("a reference without tag or digest was accepted")
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestPullImageArchive(t *testing.T) {
 	host := testRegistry(t, nil)

@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
 // Spec is the input of `artifacts build`: what one bundle holds. Its
@@ -27,7 +28,7 @@ var (
 // LoadSpec reads and validates a build spec strictly: unknown fields are
 // errors, and every problem names its JSON path.
 func LoadSpec(p string) (*Spec, error) {
-	data, err := os.ReadFile(p)
+	data, err := fsutil.ReadRegular(p, maxManifest)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/task"
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 // Staging: where start gets the node components from. A local offline
@@ -129,7 +130,7 @@ func (s *Stager) stageUpstream(ctx context.Context) (Staged, error) {
 		return Staged{}, err
 	}
 	dir := s.Layout.OnRoot(staged)
-	if err := Fetch(ctx, nil, UpstreamURLs(s.Want, s.arch()), dir); err != nil {
+	if err := Fetch(ctx, transport.Policy{}, UpstreamURLs(s.Want, s.arch()), dir); err != nil {
 		return Staged{}, err
 	}
 	m, err := BuildManifest(ctx, dir, s.arch(), s.Want, nil)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
@@ -116,7 +117,11 @@ func (s *Stager) stampComponents(bundleDir string) ([]fileStamp, error) {
 
 // withInstalled adds the installed files' stamps to the bundle's, sorted.
 func (s *Stager) withInstalled(b []fileStamp) ([]fileStamp, error) {
-	inst, err := stampTrees(installedRoots(s.MachineRoot)...)
+	roots, err := installedRoots(s.MachineRoot)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := stampTrees(roots...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,13 +161,19 @@ func stampTrees(roots ...string) ([]fileStamp, error) {
 	return out, nil
 }
 
-// installedRoots are where Install writes inside the machine.
-func installedRoots(machineRoot string) []string {
+// installedRoots are where Install writes inside the machine, resolved as
+// Install resolves them: a link in the rootfs cannot make the stamp
+// cover a host directory.
+func installedRoots(machineRoot string) ([]string, error) {
 	var roots []string
 	for _, d := range []string{nodedirs.Bin, nodedirs.Sbin, nodedirs.CNIBin, nodedirs.ImageArchives} {
-		roots = append(roots, filepath.Join(machineRoot, d))
+		p, err := fsroot.Resolve(machineRoot, d)
+		if err != nil {
+			return nil, err
+		}
+		roots = append(roots, p)
 	}
-	return roots
+	return roots, nil
 }
 
 func (s *Stager) stampPath() string {

@@ -9,9 +9,14 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
 // Every byte the agent installs or stages passes through the two functions
@@ -41,9 +46,10 @@ func copyHashed(ctx context.Context, w io.Writer, r io.Reader) (string, int64, e
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// hashFile streams p through SHA-256.
+// hashFile streams p through SHA-256. Only a regular file is read (a
+// named pipe is refused, not waited on).
 func hashFile(ctx context.Context, p string) (string, int64, error) {
-	f, err := os.Open(p)
+	f, err := fsutil.OpenRegular(p)
 	if err != nil {
 		return "", 0, err
 	}
@@ -95,39 +101,58 @@ func (e *MismatchError) Error() string { return fmt.Sprintf("sha256 %s != %s", e
 // already is a regular file with mode and the same content is left alone
 // and changed is false.
 func writeStream(ctx context.Context, dst string, r io.Reader, mode fs.FileMode, want string, skipSame bool) (sum string, changed bool, err error) {
-	tmp, sum, err := writeTemp(ctx, dst, r, mode)
+	d, err := os.OpenRoot(filepath.Dir(dst))
 	if err != nil {
 		return "", false, err
 	}
-	defer os.Remove(tmp) // a no-op once renamed
+	defer d.Close()
+	return writeStreamIn(ctx, d, filepath.Base(dst), r, mode, want, skipSame)
+}
+
+// writeStreamIn is writeStream for name in the directory d: the temp file
+// and the rename stay in d, whatever links the tree around it holds.
+func writeStreamIn(ctx context.Context, d *os.Root, name string, r io.Reader, mode fs.FileMode, want string, skipSame bool) (sum string, changed bool, err error) {
+	tmp, sum, err := writeTemp(ctx, d, name, r, mode)
+	if err != nil {
+		return "", false, err
+	}
+	defer d.Remove(tmp) // a no-op once renamed
 	if want != "" && sum != want {
 		return sum, false, &MismatchError{Got: sum, Want: want}
 	}
 	if skipSame {
-		if same, err := sameFile(ctx, dst, mode, sum); err != nil {
+		if same, err := sameFileIn(ctx, d, name, mode, sum); err != nil {
 			return sum, false, err
 		} else if same {
 			return sum, false, nil
 		}
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := d.Rename(tmp, name); err != nil {
 		return sum, false, err
 	}
 	return sum, true, nil
 }
 
-// writeTemp streams r into a new temp file next to dst, with mode, synced
-// and closed, and returns its path and the content's hex SHA-256. The
-// caller renames it over dst or removes it; on error nothing is left.
-func writeTemp(ctx context.Context, dst string, r io.Reader, mode fs.FileMode) (tmpPath, sum string, err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+// writeTemp streams r into a new temp file beside name in d, with mode,
+// synced and closed, and returns its name in d and the content's hex
+// SHA-256. The caller renames it over name or removes it; on error
+// nothing is left.
+func writeTemp(ctx context.Context, d *os.Root, name string, r io.Reader, mode fs.FileMode) (tmpName, sum string, err error) {
+	var tmp *os.File
+	for range 100 {
+		tmpName = "." + name + ".tmp-" + strconv.FormatUint(rand.Uint64(), 36)
+		tmp, err = d.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
 	if err != nil {
 		return "", "", err
 	}
 	defer func() {
 		if err != nil {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			d.Remove(tmpName)
 		}
 	}()
 	if sum, _, err = copyHashed(ctx, tmp, r); err != nil {
@@ -142,23 +167,46 @@ func writeTemp(ctx context.Context, dst string, r io.Reader, mode fs.FileMode) (
 	if err = tmp.Close(); err != nil {
 		return "", "", err
 	}
-	return tmp.Name(), sum, nil
+	return tmpName, sum, nil
 }
 
 // sameFile reports whether p is a regular file with mode and content
 // hashing to wantHex.
 func sameFile(ctx context.Context, p string, mode fs.FileMode, wantHex string) (bool, error) {
-	fi, err := os.Lstat(p)
+	d, err := os.OpenRoot(filepath.Dir(p))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm() != mode.Perm() {
+	defer d.Close()
+	return sameFileIn(ctx, d, filepath.Base(p), mode, wantHex)
+}
+
+// sameFileIn is sameFile for name in d. What is hashed is what was
+// opened, and only if it is a regular file: a machine that swaps a binary
+// for a named pipe cannot hang the agent.
+func sameFileIn(ctx context.Context, d *os.Root, name string, mode fs.FileMode, wantHex string) (bool, error) {
+	fi, err := d.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	sum, _, err := hashFile(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != mode.Perm() {
+		return false, nil
+	}
+	f, err := d.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false, err // replaced since the Lstat: write it again
+	}
+	sum, _, err := copyHashed(ctx, io.Discard, f)
 	if err != nil {
 		return false, err
 	}

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
 // Problem is one reason a bundle cannot be used. Path is the file it is
@@ -140,27 +141,25 @@ func verify(ctx context.Context, dir string, want Components, arch string) (*Man
 }
 
 // checkFile reads the file once: hashing it, and for an image archive
-// walking its tar headers on the way.
+// walking its tar headers on the way. Only regular files are opened (a
+// named pipe in a bundle is a problem, not a hang), and the size checked
+// is that of the file opened.
 func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, image bool) *Problem {
 	p := filepath.Join(dir, filepath.FromSlash(rel))
-	fi, err := os.Stat(p)
-	switch {
-	case err != nil:
+	f, err := fsutil.OpenRegular(p)
+	if err != nil {
 		return &Problem{p, fmt.Sprintf("listed in the manifest but unreadable: %v", err)}
-	case !fi.Mode().IsRegular():
-		return &Problem{p, "is not a regular file"}
-	case fi.Size() != wantSize:
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return &Problem{p, err.Error()}
+	} else if fi.Size() != wantSize {
 		return &Problem{p, fmt.Sprintf("size %d != manifest size %d", fi.Size(), wantSize)}
 	}
 	side, err := readSidecar(p + ".sha256")
 	if err != nil {
 		return &Problem{p + ".sha256", err.Error()}
 	}
-	f, err := os.Open(p)
-	if err != nil {
-		return &Problem{p, err.Error()}
-	}
-	defer f.Close()
 	sum, imageErr, err := hashStream(ctx, f, image)
 	switch {
 	case err != nil:
@@ -224,9 +223,10 @@ func imageArchive(r io.Reader) error {
 	return nil
 }
 
-// readSidecar returns the first field of a sha256sum-style file.
+// readSidecar returns the first field of a sha256sum-style file (a
+// regular file; its first 4 KiB are read).
 func readSidecar(p string) (string, error) {
-	f, err := os.Open(p)
+	f, err := fsutil.OpenRegular(p)
 	if err != nil {
 		return "", err
 	}

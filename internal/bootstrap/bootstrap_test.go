@@ -74,12 +74,27 @@ users: [{name: u, user: {client-certificate: /var/lib/kubelet/pki/kubelet-client
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 `), 0o600)
-	rc, err := hostKubeconfig(kc, mroot)
+	rc, err := hostKubeconfig("/kubelet.conf", mroot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(rc.CertData) != "PEMDATA" || string(rc.KeyData) != "PEMDATA" || rc.Host != "https://127.0.0.1:6443" {
 		t.Fatalf("rest config: host %q cert %q", rc.Host, rc.CertData)
+	}
+
+	// The machine points the key at a host file through a link that
+	// climbs out for the kernel: it is read inside the machine or not at
+	// all, never from the host.
+	host := filepath.Join(t.TempDir(), "host-key.pem")
+	_ = os.WriteFile(host, []byte("HOSTSECRET"), 0o600)
+	rel, _ := filepath.Rel(pki, host)
+	_ = os.Remove(filepath.Join(pki, "kubelet-client-current.pem"))
+	if err := os.Symlink(rel, filepath.Join(pki, "kubelet-client-current.pem")); err != nil {
+		t.Fatal(err)
+	}
+	rc, err = hostKubeconfig("/kubelet.conf", mroot)
+	if err == nil && (string(rc.KeyData) == "HOSTSECRET" || string(rc.CertData) == "HOSTSECRET") {
+		t.Fatal("read a host file through a link in the machine")
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -44,22 +43,30 @@ func (e *RefusedError) Error() string {
 	return "refused by preflight: " + strings.Join(msgs, "; ")
 }
 
-// WireBundleChecks plugs stager s into env's artifact-sources check: a
-// local bundle is verified in full (unless unchanged since start last
-// verified it), a registry one is inspected without downloading. Either
-// way a bad bundle stops start before it touches the host, and a bundle
-// preflight verified is not hashed again by stage or install.
-func WireBundleChecks(env *preflight.Env, s *artifact.Stager) {
-	env.VerifyOfflineArtifacts = s.Verify
-	env.InspectOfflineArtifacts = s.Inspect
+// WireChecks plugs the run's stager and provisioner into env's
+// artifact-sources and worker-image checks: a local bundle is verified in
+// full (unless unchanged since start last verified it), a registry one is
+// inspected without downloading, and the worker image is resolved under
+// the transport policy. Either way a bad source stops start before it
+// touches the host; a bundle preflight verified is not hashed again by
+// stage or install, and the image preflight resolved is the one
+// provision-machine unpacks.
+func (s *Start) WireChecks(env *preflight.Env) {
+	env.VerifyOfflineArtifacts = s.stager.Verify
+	env.InspectOfflineArtifacts = s.stager.Inspect
+	root := s.opts.Layout.Root()
+	env.ResolveImage = func(ctx context.Context, ref string) (preflight.ResolvedImage, error) {
+		r, err := s.provisioner.Resolve(ctx, root, ref)
+		return preflight.ResolvedImage{Digest: r.Digest, ByTag: r.ByTag, Repository: r.Repository, PlainHTTP: r.PlainHTTP}, err
+	}
 }
 
-// preflight runs start's checks (preflight.StartChecks) with the bundle
-// checks wired to the run's stager, writes the report, and refuses when an
+// preflight runs start's checks (preflight.StartChecks) with the source
+// checks wired to the run's stager and provisioner, writes the report, and refuses when an
 // error counts.
 func (s *Start) preflight(ctx context.Context, pf Preflight) error {
 	began := time.Now()
-	WireBundleChecks(pf.Env, s.stager)
+	s.WireChecks(pf.Env)
 	report := preflight.Run(ctx, preflight.StartChecks(pf.Env), pf.Options)
 	if err := report.WriteText(pf.Report); err != nil {
 		return err

@@ -10,18 +10,21 @@ import (
 )
 
 type provisionMachine struct {
-	host       Host
-	machine    Machine
-	image      string
-	configFile string
-	log        *slog.Logger
+	host        Host
+	machine     Machine
+	provisioner *machine.Provisioner
+	image       string
+	configFile  string
+	log         *slog.Logger
 }
 
 // ProvisionMachine returns the task that unpacks the worker image
-// (bootstrap.ociImage, named in configFile) into the machine's rootfs,
-// unless the rootfs already holds that image.
-func ProvisionMachine(h Host, m Machine, image, configFile string, log *slog.Logger) task.Task {
-	return &provisionMachine{host: h, machine: m, image: image, configFile: configFile, log: log}
+// (bootstrap.ociImage, named in configFile) into the machine's rootfs
+// with p, unless the rootfs already holds that image. p pulls under the
+// transport policy and unpacks the image its Resolve (preflight's
+// worker-image check) resolved, if it was asked.
+func ProvisionMachine(h Host, m Machine, p *machine.Provisioner, image, configFile string, log *slog.Logger) task.Task {
+	return &provisionMachine{host: h, machine: m, provisioner: p, image: image, configFile: configFile, log: log}
 }
 
 func (t *provisionMachine) Name() string { return "provision-machine" }
@@ -34,5 +37,5 @@ func (t *provisionMachine) Do(ctx context.Context) (task.Result, error) {
 	if err := t.host.track(l.MachineDir(t.machine.Name), l.MachineStateDir()); err != nil {
 		return task.Result{}, err
 	}
-	return machine.Provision(ctx, l, t.machine.Name, t.image, t.log)
+	return t.provisioner.Provision(ctx, l, t.machine.Name, t.image, t.log)
 }

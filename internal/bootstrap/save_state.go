@@ -21,7 +21,7 @@ type saveState struct {
 
 // SaveState returns the task that records what start applied (state.Applied:
 // the config file and its digest, the prefix, the node and machine, the
-// image the machine was unpacked from, the versions).
+// worker image as configured and the digest it resolved to, the versions).
 func SaveState(h Host, m Machine, c *config.Config, configFile string, configData []byte) task.Task {
 	return &saveState{host: h, machine: m, config: c, configFile: configFile, configData: configData}
 }
@@ -41,6 +41,7 @@ func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 		Prefix:            l.Prefix(),
 		NodeName:          t.config.Agent.NodeName,
 		Machine:           t.machine.Name,
+		Image:             t.config.Bootstrap.OCIImage,
 		ImageDigest:       digest,
 		KubernetesVersion: t.config.Components.Kubernetes,
 		AgentVersion:      buildinfo.Version,

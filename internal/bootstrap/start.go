@@ -48,13 +48,15 @@ func WantComponents(c *config.Config) artifact.Components {
 
 // Start is one run of start: its options and what its tasks share, none
 // of it a task's result: the host and machine they act on, the tracker,
-// and the stager that hashes the bundle once for preflight, stage and
-// install.
+// the stager that hashes the bundle once for preflight, stage and
+// install, and the provisioner that resolves the worker image once for
+// preflight and provision-machine.
 type Start struct {
-	opts    Options
-	host    Host
-	machine Machine
-	stager  *artifact.Stager
+	opts        Options
+	host        Host
+	machine     Machine
+	stager      *artifact.Stager
+	provisioner *machine.Provisioner
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -76,6 +78,7 @@ func NewStart(o Options) *Start {
 		Track:       tr.Add,
 		Log:         o.Log,
 	}
+	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP}
 	return s
 }
 
@@ -103,7 +106,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			DisableSwap(h),
 		}},
 		{Name: "machine", Tasks: []task.Task{
-			ProvisionMachine(h, m, c.Bootstrap.OCIImage, s.opts.ConfigFile, s.opts.Log),
+			ProvisionMachine(h, m, s.provisioner, c.Bootstrap.OCIImage, s.opts.ConfigFile, s.opts.Log),
 			InstallNodeComponents(s.stager, staged, components),
 			WriteNspawnFiles(h, m, nspawnOpts),
 			WriteNodeConfig(m, c, cgroupMode, nodeConfig),
@@ -139,6 +142,9 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 		return changed, err
 	}
 	name := s.opts.Config.Agent.NodeName
+	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
+		s.progressf("machine %s runs worker image %s (%s)", s.machine.Name, s.opts.Config.Bootstrap.OCIImage, d)
+	}
 	if changed {
 		s.progressf("node %s joined in %v", name, time.Since(start).Round(time.Millisecond))
 	} else {

@@ -3,8 +3,6 @@ package bootstrap
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -35,8 +34,11 @@ func WaitNodeReady(m Machine, nodeName string, timeout time.Duration, progress f
 
 func (t *waitNodeReady) Name() string { return "wait-node-ready" }
 
+// maxKubeconfigFile bounds each file hostKubeconfig reads.
+const maxKubeconfigFile = 1 << 20
+
 func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
-	kc, err := hostKubeconfig(filepath.Join(t.machine.Root(), node.KubeletKubeconf), t.machine.Root())
+	kc, err := hostKubeconfig(node.KubeletKubeconf, t.machine.Root())
 	if err != nil {
 		return task.Result{}, err
 	}
@@ -86,28 +88,28 @@ func pollNodeReady(ctx context.Context, cfg *rest.Config, nodeName string, progr
 	return nil
 }
 
-// hostKubeconfig loads the kubelet's kubeconfig for use from the host. Its
-// certificate paths are inside the machine, and the current-certificate
-// link is absolute there, so each is resolved under the machine root and
-// inlined; nothing is written to disk.
+// hostKubeconfig loads the kubelet's kubeconfig, at path inside the
+// machine at machineRoot, for use from the host. It and the certificate
+// paths in it are resolved inside the machine (the current-certificate
+// link is absolute there) and read confined to its rootfs, regular files
+// only: the running machine owns those files, and a link or a named pipe
+// there must not make the agent read a host file or hang. The
+// certificates are inlined; nothing is written to disk.
 func hostKubeconfig(path, machineRoot string) (*rest.Config, error) {
-	cfg, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", path, err)
-	}
 	read := func(p string) ([]byte, error) {
-		for range 8 {
-			full := filepath.Join(machineRoot, p)
-			target, err := os.Readlink(full)
-			if err != nil {
-				return os.ReadFile(full)
-			}
-			if !filepath.IsAbs(target) {
-				target = filepath.Join(filepath.Dir(p), target)
-			}
-			p = target
+		b, err := fsutil.ReadFileIn(machineRoot, p, maxKubeconfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("read %s in machine %s: %w", p, machineRoot, err)
 		}
-		return nil, fmt.Errorf("%s: too many links", p)
+		return b, nil
+	}
+	data, err := read(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("load %s in machine %s: %w", path, machineRoot, err)
 	}
 	for _, ai := range cfg.AuthInfos {
 		if ai.ClientCertificate != "" {

@@ -154,3 +154,26 @@ func TestIgnitionSizeWarning(t *testing.T) {
 		}
 	}
 }
+
+// Issue 13, defect 4 at the command: render --output onto an existing
+// 0644 file leaves the token-bearing output 0600, not the old file's mode.
+func TestIgnitionRenderOutputModeOverExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "aks-flex-node")
+	if err := os.WriteFile(bin, []byte("\x7fELF agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "acl.ign")
+	if err := os.WriteFile(out, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := run(t, "ignition", "render", "--config", aclExample, "--binary", bin, "--output", out); code != 0 {
+		t.Fatalf("render: %d %s", code, stderr)
+	}
+	if st, err := os.Stat(out); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("output over a 0644 file: %v %v, want 0600", st.Mode(), err)
+	}
+}

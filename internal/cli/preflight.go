@@ -16,7 +16,8 @@ func newPreflightCommand() *cobra.Command {
 		Short: "Check that this host can join the cluster, changing nothing",
 		Long: `Run every preflight check against this host and the config: user, OS,
 install layout (agent.hostPrefix), host tools, systemd, cgroups, swap, kernel
-modules, disk space, an earlier install, offline artifacts, the API server,
+modules, disk space, an earlier install, offline artifacts, the worker image
+(resolved under the transport policy), the API server,
 the bootstrap token, and the provisioning payloads the host received (Azure
 customData, IMDS userData: an Ignition config on a host that does not run
 Ignition, or one that installs the agent under /usr on ACL, is an error). Checks run concurrently; output is in a fixed order.
@@ -52,7 +53,7 @@ reported as warnings with --ignore-preflight-errors.`,
 				src.IMDSEndpoint = imds
 			}
 			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
-			bootstrap.WireBundleChecks(env, bootstrap.NewStart(bootstrap.Options{Layout: l, Config: c, ConfigFile: path}).Stager())
+			bootstrap.NewStart(bootstrap.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
 			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {

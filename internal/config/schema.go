@@ -78,7 +78,12 @@ type Components struct {
 }
 
 type Bootstrap struct {
-	OCIImage              string           `json:"ociImage,omitempty"`
+	OCIImage string `json:"ociImage,omitempty"`
+	// OCIImagePlainHTTP lets the registry of a registry ociImage that is
+	// not on loopback be reached over plain HTTP, that registry only. A
+	// sibling of ociImage because ociImage is a string in the public
+	// schema; named like offlineArtifacts.plainHTTP.
+	OCIImagePlainHTTP     bool             `json:"ociImagePlainHTTP,omitempty"`
 	OfflineArtifacts      OfflineArtifacts `json:"offlineArtifacts"`
 	AdditionalHostDevices []string         `json:"additionalHostDevices,omitempty"`
 }

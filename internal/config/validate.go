@@ -215,6 +215,9 @@ func (v *validator) bootstrap(b *Bootstrap) {
 			v.add("bootstrap.ociImage", "%q %s; use a registry reference or oci-layout:///dir:tag", img, msg)
 		}
 	}
+	if b.OCIImagePlainHTTP && (b.OCIImage == "" || strings.HasPrefix(b.OCIImage, "oci-layout://")) {
+		v.add("bootstrap.ociImagePlainHTTP", "applies only to a registry reference in bootstrap.ociImage, which is %q", b.OCIImage)
+	}
 	if src := b.OfflineArtifacts.Source; src != "" {
 		if msg := artifactSource(src); msg != "" {
 			v.add("bootstrap.offlineArtifacts.source", "%q %s", src, msg)

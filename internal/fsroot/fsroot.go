@@ -161,3 +161,43 @@ func onHost(root string, err error) error {
 	}
 	return err
 }
+
+// OpenDir resolves dir inside root as Resolve does and opens the result as
+// an *os.Root. The handle is opened through an os.Root at root, so even a
+// component swapped for a link after it was resolved cannot take it out of
+// root; every operation through the handle stays below it too. This is
+// how a tree somebody else changes while we work (a running machine's
+// rootfs) is written to. The caller closes it.
+func OpenDir(root, dir string) (*os.Root, error) {
+	r, err := clean(root)
+	if err != nil {
+		return nil, err
+	}
+	host, err := Resolve(r, dir)
+	if err != nil {
+		return nil, err
+	}
+	top, err := os.OpenRoot(r)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(r, host)
+	if err != nil || rel == "." {
+		return top, err
+	}
+	defer top.Close()
+	d, err := top.OpenRoot(rel)
+	if err != nil {
+		return nil, onHost(r, err)
+	}
+	return d, nil
+}
+
+// MkdirOpen is MkdirAll followed by OpenDir: dir, created with mode perm
+// where missing, opened as an *os.Root confined to root.
+func MkdirOpen(root, dir string, perm fs.FileMode) (*os.Root, error) {
+	if _, err := MkdirAll(root, dir, perm); err != nil {
+		return nil, err
+	}
+	return OpenDir(root, dir)
+}

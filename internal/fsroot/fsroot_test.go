@@ -160,3 +160,33 @@ func TestMkdirAllRefusesAFileInTheWay(t *testing.T) {
 		t.Fatalf("file in the way: %v", err)
 	}
 }
+
+func TestOpenDirStaysInside(t *testing.T) {
+	root, outside := tree(t)
+	symlink(t, outside, filepath.Join(root, "abs"))
+	symlink(t, "../../outside", filepath.Join(root, "usr/rel"))
+	for _, dir := range []string{"/abs", "/usr/rel", "abs/usr/../.."} {
+		d, err := MkdirOpen(root, dir, 0o755)
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		if err := d.WriteFile("probe", []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(d.Name(), root) {
+			t.Errorf("%s opened as %s, outside %s", dir, d.Name(), root)
+		}
+		d.Close()
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 || entries[0].Name() != "usr" {
+		t.Errorf("outside written: %v", entries)
+	}
+	if _, err := OpenDir(root, "/missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing dir: %v", err)
+	}
+	d, err := OpenDir(root, "/")
+	if err != nil || d.Name() != root {
+		t.Fatalf("root itself: %v %v", d, err)
+	}
+	d.Close()
+}

@@ -1,10 +1,12 @@
 // Package fsutil owns how aks-flex-node writes to the host: atomic file
-// writes that leave either the old or the new content, directory creation
-// with exact modes, and content comparison so converged re-runs touch nothing.
+// writes that leave either the old or the new content and have exactly the
+// mode asked for, directory creation with exact modes, content comparison
+// so converged re-runs touch nothing, writes confined to a machine rootfs
+// (inroot.go), opening only regular files for content (open.go), and safe
+// tar extraction (tar*.go).
 package fsutil
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,43 +19,37 @@ import (
 	"github.com/google/renameio/v2"
 )
 
-// WriteFile atomically replaces path with data and mode perm, unless it
-// already holds exactly that content and mode. It reports whether it wrote.
-// Parent directories are created with mode 0755.
+// WriteFile atomically replaces path with data and mode perm exactly
+// (whatever the umask and whatever mode an existing file had), unless it
+// already holds exactly that content and mode. It reports whether it
+// wrote. Parent directories are created with mode 0755. A link at path is
+// replaced, not followed; for a path inside a machine rootfs use
+// WriteFileIn.
 func WriteFile(path string, data []byte, perm fs.FileMode) (changed bool, err error) {
-	if same, err := sameContent(path, data, perm); err != nil {
-		return false, err
-	} else if same {
-		return false, nil
-	}
-	if err := MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := MkdirAll(dir, 0o755); err != nil {
 		return false, err
 	}
-	// renameio writes a temp file in the same directory, fsyncs it and
-	// renames it over the target: a crash leaves the old file or the new.
-	// WithStaticPermissions makes the mode exact regardless of the umask.
-	if err := renameio.WriteFile(path, data, perm, renameio.WithStaticPermissions(perm)); err != nil {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
-	return true, nil
+	defer r.Close()
+	return writeFileAt(r, filepath.Base(path), data, perm)
 }
 
-func sameContent(path string, data []byte, perm fs.FileMode) (bool, error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
+// replaceAt streams src into a renameio pending file in r (a temp file
+// beside name, mode perm exactly), syncs it and renames it over name.
+func replaceAt(r *os.Root, name string, src io.Reader, perm fs.FileMode) error {
+	f, err := renameio.NewPendingFile(name, renameio.WithRoot(r), renameio.WithStaticPermissions(perm))
 	if err != nil {
-		return false, err
+		return err
 	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm() != perm.Perm() || fi.Size() != int64(len(data)) {
-		return false, nil
+	defer f.Cleanup() // a no-op once replaced
+	if _, err := io.Copy(f, src); err != nil {
+		return err
 	}
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return false, err
-	}
-	return bytes.Equal(old, data), nil
+	return f.CloseAtomicallyReplace()
 }
 
 // MkdirAll creates dir and missing parents with exactly mode perm whatever

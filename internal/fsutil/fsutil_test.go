@@ -77,3 +77,34 @@ func TestFileSHA256(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+// Issue 13, defect 4: renameio.WriteFile keeps an existing file's mode
+// over the one asked for, so a token-bearing file that was 0644 stayed
+// 0644 and every re-run reported changed=true.
+func TestWriteFileModeWinsOverExisting(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, old, new string }{
+		{"other content", "old", "token"},
+		{"same content", "token", "token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name)
+			if err := os.WriteFile(p, []byte(tc.old), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			changed, err := WriteFile(p, []byte(tc.new), 0o600)
+			if err != nil || !changed {
+				t.Fatalf("first write: changed %v, %v", changed, err)
+			}
+			if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o600 {
+				t.Errorf("mode %v after WriteFile(0600), want 0600", fi.Mode().Perm())
+			}
+			if changed, err := WriteFile(p, []byte(tc.new), 0o600); err != nil || changed {
+				t.Errorf("re-run: changed %v, %v; want a converged no-op", changed, err)
+			}
+		})
+	}
+}

@@ -28,6 +28,13 @@ type ExtractOptions struct {
 	// NoChown keeps the extracting user as owner. Otherwise, when running
 	// as root, entries get the archive's uid/gid.
 	NoChown bool
+	// Verify, when set, is called once the archive's end-of-archive
+	// marker has been read, before any directory metadata is applied. An
+	// error stops the extraction there. It is where a caller that hashes
+	// the stream while it is extracted (an image layer) checks the digest:
+	// until then the archive's content exists only as files and
+	// directories inside dest, which the caller throws away on error.
+	Verify func() error
 }
 
 const (
@@ -47,9 +54,14 @@ const (
 //     kernel, so "a -> /etc" followed by "a/passwd" writes dest/etc/passwd;
 //   - the entry itself is created with O_NOFOLLOW after removing whatever
 //     was there, so an existing symlink is replaced, not written through;
-//   - a symlink whose target, read relative to the link's directory
-//     (absolute targets relative to dest), climbs above dest is rejected,
-//     as is a hardlink to anything outside dest.
+//   - a symlink whose target, read relative to the directory the link
+//     really is in (its parent resolved as above, not its archive name),
+//     climbs above dest is rejected, as is a hardlink to anything outside
+//     dest;
+//   - directory metadata (mode, owner, times, xattrs), applied once every
+//     entry is in place, goes through file descriptors opened component
+//     by component with O_NOFOLLOW from dest: a directory that a later
+//     entry replaced (by a symlink, say) is skipped, never followed.
 //
 // Absolute symlink targets are kept verbatim: inside a machine rootfs they
 // resolve inside the machine.
@@ -62,10 +74,11 @@ func ExtractTar(r io.Reader, dest string, opts ExtractOptions) error {
 		return fmt.Errorf("extract: %s is not a directory", dest)
 	}
 	x := &extractor{
-		root:    filepath.Clean(dest),
-		opts:    opts,
-		chown:   !opts.NoChown && os.Geteuid() == 0,
-		written: map[string]bool{},
+		root:     filepath.Clean(dest),
+		opts:     opts,
+		chown:    !opts.NoChown && os.Geteuid() == 0,
+		written:  map[string]bool{},
+		dirIndex: map[string]int{},
 	}
 	tr := tar.NewReader(r)
 	for {
@@ -80,12 +93,20 @@ func ExtractTar(r io.Reader, dest string, opts ExtractOptions) error {
 			return fmt.Errorf("extract into %s: %s: %w", dest, hdr.Name, err)
 		}
 	}
+	if opts.Verify != nil {
+		if err := opts.Verify(); err != nil {
+			return fmt.Errorf("extract into %s: %w", dest, err)
+		}
+	}
 	return x.finish()
 }
 
+// dirMeta is a directory's deferred metadata. rel is where the directory
+// was created, relative to the root with every link resolved ("" for the
+// root itself), so finish can reach it again without following a link.
 type dirMeta struct {
-	path string
-	hdr  *tar.Header
+	rel string
+	hdr *tar.Header
 }
 
 type extractor struct {
@@ -97,6 +118,9 @@ type extractor struct {
 	// layers put there (OCI image-spec, "Whiteouts").
 	written map[string]bool
 	dirs    []dirMeta
+	// dirIndex finds a queued directory by rel: a second entry for the
+	// same directory replaces the first's metadata, as it would on disk.
+	dirIndex map[string]int
 }
 
 // cleanName turns an archive name into a clean relative path, "" for the
@@ -148,7 +172,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	if rel == "" {
 		if hdr.Typeflag == tar.TypeDir {
-			x.dirs = append(x.dirs, dirMeta{x.root, hdr})
+			x.queueDir("", hdr)
 		}
 		return nil
 	}
@@ -170,7 +194,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeReg, tar.TypeGNUSparse:
 		err = regular(target, r)
 	case tar.TypeSymlink:
-		err = symlink(rel, target, hdr.Linkname)
+		err = x.symlink(parent, target, hdr.Linkname)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		if !x.opts.Devices {
 			return nil

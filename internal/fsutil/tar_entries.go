@@ -32,9 +32,27 @@ func (x *extractor) dir(rel, target string, hdr *tar.Header) error {
 			return err
 		}
 	}
-	x.dirs = append(x.dirs, dirMeta{target, hdr})
+	resolved, err := filepath.Rel(x.root, target)
+	if err != nil {
+		return err
+	}
+	x.queueDir(resolved, hdr)
 	x.markWritten(rel)
 	return nil
+}
+
+// queueDir records hdr as the metadata of the directory at resolved (see
+// dirMeta); a later entry for the same directory wins.
+func (x *extractor) queueDir(resolved string, hdr *tar.Header) {
+	if resolved == "." {
+		resolved = ""
+	}
+	if i, ok := x.dirIndex[resolved]; ok {
+		x.dirs[i].hdr = hdr
+		return
+	}
+	x.dirIndex[resolved] = len(x.dirs)
+	x.dirs = append(x.dirs, dirMeta{resolved, hdr})
 }
 
 // regular writes a new file at target with r's content.
@@ -53,10 +71,15 @@ func regular(target string, r io.Reader) error {
 	return f.Close()
 }
 
-// symlink creates the link rel -> linkname at target, unless it climbs out
-// of the root.
-func symlink(rel, target, linkname string) error {
-	if err := checkSymlink(rel, linkname); err != nil {
+// symlink creates the link target -> linkname, unless linkname climbs out
+// of the root from parent, the directory (resolved inside the root) the
+// link is created in.
+func (x *extractor) symlink(parent, target, linkname string) error {
+	depth, err := x.depth(parent)
+	if err != nil {
+		return err
+	}
+	if err := checkSymlink(depth, linkname); err != nil {
 		return err
 	}
 	if err := replace(target); err != nil {
@@ -113,17 +136,34 @@ func replace(p string) error {
 	return os.RemoveAll(p)
 }
 
+// depth is how many directories dir, a path fsroot resolved inside the
+// root, is below it.
+func (x *extractor) depth(dir string) (int, error) {
+	rel, err := filepath.Rel(x.root, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return 0, fmt.Errorf("%s is not inside %s", dir, x.root)
+	}
+	if rel == "." {
+		return 0, nil
+	}
+	return strings.Count(rel, "/") + 1, nil
+}
+
 // checkSymlink rejects a link whose target, read relative to the link's
-// directory, climbs out of the archive root. Absolute targets start at the
-// root and so cannot.
-func checkSymlink(rel, target string) error {
+// directory, depth directories below the root, climbs out of the root.
+// The depth is where the directory really is, not what the archive name
+// says: after "a/b -> ..", "a/b/c/esc" is one directory deep, not three.
+// Absolute targets start at the root and so cannot climb out. This is a
+// check of the target's text: a target through another link (x/..) can
+// still land elsewhere, which is why nothing on the host follows links in
+// a machine rootfs except through internal/fsroot.
+func checkSymlink(depth int, target string) error {
 	if target == "" {
 		return errors.New("symlink with empty target")
 	}
 	if strings.HasPrefix(target, "/") {
 		return nil
 	}
-	depth := strings.Count(rel, "/") // directories between root and the link
 	for _, c := range strings.Split(target, "/") {
 		switch c {
 		case "", ".":

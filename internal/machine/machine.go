@@ -17,19 +17,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -69,18 +63,6 @@ func ValidateName(name string) error {
 		}
 	}
 	return nil
-}
-
-// Provisioner unpacks OCI images into machine rootfs directories. The zero
-// value pulls anonymously with the default transport for linux/GOARCH.
-type Provisioner struct {
-	// Keychain authenticates registry pulls; nil pulls anonymously.
-	Keychain authn.Keychain
-	// Transport carries registry requests; nil uses remote.DefaultTransport.
-	Transport http.RoundTripper
-	// Platform selects from a multi-platform index; zero means
-	// linux/runtime.GOARCH.
-	Platform v1.Platform
 }
 
 // Provision makes Dir(l, name) the rootfs of imageRef with the zero
@@ -156,66 +138,6 @@ func ImageDigest(l aflayout.Layout, name string) (string, error) {
 		return "", nil
 	}
 	return strings.TrimSpace(string(b)), err
-}
-
-func (p *Provisioner) platform() v1.Platform {
-	if p.Platform.OS != "" {
-		return p.Platform
-	}
-	return v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
-}
-
-// resolve returns the image and the manifest digest it must hash to.
-func (p *Provisioner) resolve(ctx context.Context, root, ref string) (v1.Image, v1.Hash, error) {
-	if strings.HasPrefix(ref, OCILayoutScheme) {
-		return p.fromLayout(root, ref)
-	}
-	return p.fromRegistry(ctx, ref)
-}
-
-func (p *Provisioner) fromRegistry(ctx context.Context, s string) (v1.Image, v1.Hash, error) {
-	ref, err := name.ParseReference(s)
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	if isLoopback(ref.Context().RegistryStr()) {
-		// Plain HTTP only for a registry on this host (a test or a local
-		// mirror); never for anything reachable over the network.
-		if ref, err = name.ParseReference(s, name.Insecure); err != nil {
-			return nil, v1.Hash{}, err
-		}
-	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(p.platform())}
-	if p.Keychain != nil {
-		opts = append(opts, remote.WithAuthFromKeychain(p.Keychain))
-	}
-	if p.Transport != nil {
-		opts = append(opts, remote.WithTransport(p.Transport))
-	}
-	img, err := remote.Image(ref, opts...)
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	raw, err := img.RawManifest()
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	// remote checks a by-digest pull itself; by tag, the digest is what
-	// the bytes hash to.
-	got := sha256Hash(raw)
-	return img, got, nil
-}
-
-func isLoopback(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 const (
@@ -331,6 +253,15 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, dir string, log *
 	return len(layers), nil
 }
 
+// extractLayer extracts layer l into dir, hashing its uncompressed stream
+// on the way, and checks the hash against diffID once the archive has
+// been read to its end, before the extraction applies any directory
+// metadata: a layer that is not the one the verified config names has
+// nothing of it given effect but files in dir, the caller's temp tree,
+// which is thrown away. Hashing while extracting, rather than staging the
+// layer first, reads it once and needs no second copy of it on disk;
+// extraction is confined to dir (fsutil.ExtractTar), so what an
+// unverified stream can do is limited to that tree.
 func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
 	if diffID.Algorithm != "sha256" {
 		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
@@ -342,21 +273,21 @@ func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
 	defer rc.Close()
 	h := sha256.New()
 	r := io.TeeReader(rc, h)
-	if err := fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: true, Devices: true}); err != nil {
-		return err
+	verify := func() error {
+		// The tar reader stops at the end-of-archive marker; hash the
+		// padding too, and let a verifying reader underneath see EOF.
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return err
+		}
+		if err := rc.Close(); err != nil {
+			return err
+		}
+		if got := hexOf(h); got != diffID.Hex {
+			return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
+		}
+		return nil
 	}
-	// The tar reader stops at the end-of-archive marker; hash the padding
-	// too, and let a verifying reader underneath see EOF.
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return err
-	}
-	if err := rc.Close(); err != nil {
-		return err
-	}
-	if got := hexOf(h); got != diffID.Hex {
-		return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
-	}
-	return nil
+	return fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: true, Devices: true, Verify: verify})
 }
 
 func hexOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }

@@ -259,17 +259,6 @@ func TestProvisionRejectsBadNames(t *testing.T) {
 	}
 }
 
-func TestIsLoopback(t *testing.T) {
-	for h, want := range map[string]bool{
-		"127.0.0.1:5000": true, "localhost:5000": true, "[::1]:5000": true, "localhost": true,
-		"mcr.microsoft.com": false, "10.0.0.1:5000": false, "127.example.com": false,
-	} {
-		if got := isLoopback(h); got != want {
-			t.Errorf("isLoopback(%q) = %v", h, got)
-		}
-	}
-}
-
 // at is the default layout on a test root.
 func at(root string) aflayout.Layout {
 	l, err := aflayout.New(root, "", "")

@@ -10,10 +10,11 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/fsroot"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
 
@@ -27,9 +28,13 @@ const criNamespace = "k8s.io"
 
 // ImageArchives lists the image archives (*.tar in nodedirs.ImageArchives) of the
 // machine at machineRoot, as paths inside the machine, sorted. A missing
-// directory is no archives.
+// directory is no archives. The directory is resolved as the machine sees
+// it: a link there cannot make the agent list a host directory.
 func ImageArchives(machineRoot string) ([]string, error) {
-	dir := filepath.Join(machineRoot, nodedirs.ImageArchives)
+	dir, err := fsroot.Resolve(machineRoot, nodedirs.ImageArchives)
+	if err != nil {
+		return nil, fmt.Errorf("list image archives: %w", err)
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -69,7 +74,7 @@ func ImportImages(ctx context.Context, machineRoot string, exec ExecFunc, archiv
 		}
 	}
 	for _, a := range archives {
-		refs, err := archiveRefs(filepath.Join(machineRoot, a))
+		refs, err := archiveRefs(machineRoot, a)
 		if err != nil {
 			return fmt.Errorf("import images: read %s: %w", a, err)
 		}
@@ -95,12 +100,15 @@ func allPresent(refs []string, present map[string]bool) bool {
 	return true
 }
 
-// archiveRefs returns the image names ctr import gives the images in a
-// tar: the RepoTags of a docker-save archive (manifest.json), normalised
-// as containerd does, or the names in an OCI layout's index.json. It
-// returns nil when it finds no full name.
-func archiveRefs(file string) ([]string, error) {
-	f, err := os.Open(file)
+// archiveRefs returns the image names ctr import gives the images in the
+// tar at file inside the machine at machineRoot: the RepoTags of a
+// docker-save archive (manifest.json), normalised as containerd does, or
+// the names in an OCI layout's index.json. It returns nil when it finds no
+// full name. The machine runs while this reads, so the file is opened
+// confined to its rootfs and only if it is a regular file: a link or a
+// named pipe put there cannot make the agent read a host file or hang.
+func archiveRefs(machineRoot, file string) ([]string, error) {
+	f, err := fsutil.OpenIn(machineRoot, file)
 	if err != nil {
 		return nil, err
 	}

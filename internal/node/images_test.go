@@ -8,7 +8,9 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/Azure/aks-flex-node/internal/node/nodedirs"
 )
@@ -168,5 +170,53 @@ func TestNormalizeRef(t *testing.T) {
 		if got, ok := normalizeRef(bad); ok {
 			t.Errorf("normalizeRef(%q) = %q, want rejection", bad, got)
 		}
+	}
+}
+
+// A running machine controls its rootfs: an archive dir linked to a host
+// dir lists nothing of the host's, and an archive that is a link to a host
+// file or a named pipe is refused without reading the host or hanging.
+func TestImportImagesHostileRootfs(t *testing.T) {
+	base := t.TempDir()
+	root, host := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
+	writeTar(t, filepath.Join(host, "host.tar"), map[string]string{"manifest.json": `[{"RepoTags":["host/secret:1"]}]`})
+	dir := filepath.Join(root, nodedirs.ImageArchives)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, dir); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := ImageArchives(root); err != nil || len(a) != 0 {
+		t.Errorf("archive dir linked to the host: %v %v, want none", a, err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(host, "host.tar"), filepath.Join(dir, "link.tar")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.tar"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctr := &fakeCtr{images: map[string]bool{}}
+	for _, a := range []string{"link.tar", "fifo.tar"} {
+		a = path.Join(nodedirs.ImageArchives, a)
+		done := make(chan error, 1)
+		go func() { done <- ImportImages(context.Background(), root, ctr.exec, []string{a}) }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), a) {
+				t.Errorf("%s: err = %v, want a refusal naming it", a, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ImportImages(%s) blocked", a)
+		}
+	}
+	if len(ctr.imports) != 0 {
+		t.Errorf("imported %v", ctr.imports)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -489,42 +488,6 @@ func TestWriteConvergesCgroupMode(t *testing.T) {
 	}
 	if changed, _, err := Write(root, testConfig(), Options{}); err != nil || changed {
 		t.Errorf("converged cgroup v2 Write: changed=%v err=%v", changed, err)
-	}
-}
-
-func TestWriteSymlinkReplacesAndRefuses(t *testing.T) {
-	dir := t.TempDir()
-	link := filepath.Join(dir, "wants", "kubelet.service")
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/lib/systemd/system/kubelet.service", link); err != nil {
-		t.Fatal(err)
-	}
-	if changed, err := writeSymlink(link, KubeletUnitFile); err != nil || !changed {
-		t.Fatalf("retarget: changed=%v err=%v", changed, err)
-	}
-	if got, _ := os.Readlink(link); got != KubeletUnitFile {
-		t.Errorf("link -> %q", got)
-	}
-	if changed, err := writeSymlink(link, KubeletUnitFile); err != nil || changed {
-		t.Errorf("converged link: changed=%v err=%v", changed, err)
-	}
-	plain := filepath.Join(dir, "wants", "plain.service")
-	if err := os.WriteFile(plain, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := writeSymlink(plain, KubeletUnitFile); err == nil || !strings.Contains(err.Error(), plain) {
-		t.Errorf("replacing a regular file: err = %v", err)
-	}
-	entries, _ := os.ReadDir(filepath.Dir(link))
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	if strings.Join(names, " ") != "kubelet.service plain.service" {
-		t.Errorf("directory holds %v", names)
 	}
 }
 

@@ -15,6 +15,7 @@ const (
 	NameDiskSpace          = "disk-space"
 	NameExistingDeployment = "existing-deployment"
 	NameArtifactSources    = "artifact-sources"
+	NameWorkerImage        = "worker-image"
 	NameAPIServerReachable = "api-server-reachable"
 	NameBootstrapToken     = "bootstrap-token"
 	NameNodeName           = "node-name"
@@ -42,6 +43,7 @@ var DefaultNames = []string{
 	NameDiskSpace,
 	NameExistingDeployment,
 	NameArtifactSources,
+	NameWorkerImage,
 	NameAPIServerReachable,
 	NameBootstrapToken,
 	NameNodeName,
@@ -84,6 +86,7 @@ func Checks(env *Env) []Check {
 		diskSpaceCheck(env),
 		existingDeploymentCheck(env),
 		artifactSourcesCheck(env),
+		workerImageCheck(env),
 		apiServerReachableCheck(env),
 		bootstrapTokenCheck(env),
 		nodeNameCheck(env),

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -60,6 +61,10 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
+	// ResolveImage, when set, resolves bootstrap.ociImage to its manifest
+	// digest under the transport policy, fetching only the manifest: the
+	// worker-image check's probe. A layout dir is opened under Root.
+	ResolveImage func(ctx context.Context, ref string) (ResolvedImage, error)
 
 	// The API server client, made on first use (see apiClient).
 	apiOnce sync.Once
@@ -131,7 +136,14 @@ func (e *Env) readFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.ReadFile(h)
+	// Regular files only: a named pipe where a file belongs (a bundle's
+	// manifest.json) is an error, not a hang.
+	f, err := fsutil.OpenRegular(h)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // exists reports whether the host path p exists; a path that cannot be

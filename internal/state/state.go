@@ -28,12 +28,15 @@ const (
 
 // Applied is the state of a converged join.
 type Applied struct {
-	SchemaVersion     int       `json:"schemaVersion"`
-	ConfigFile        string    `json:"configFile"`
-	ConfigSHA256      string    `json:"configSHA256"`
-	Prefix            string    `json:"prefix"`
-	NodeName          string    `json:"nodeName"`
-	Machine           string    `json:"machine"`
+	SchemaVersion int    `json:"schemaVersion"`
+	ConfigFile    string `json:"configFile"`
+	ConfigSHA256  string `json:"configSHA256"`
+	Prefix        string `json:"prefix"`
+	NodeName      string `json:"nodeName"`
+	Machine       string `json:"machine"`
+	// Image is bootstrap.ociImage as configured; ImageDigest the manifest
+	// digest it resolved to and the machine's rootfs was unpacked from.
+	Image             string    `json:"image,omitempty"`
 	ImageDigest       string    `json:"imageDigest,omitempty"`
 	KubernetesVersion string    `json:"kubernetesVersion"`
 	AgentVersion      string    `json:"agentVersion"`

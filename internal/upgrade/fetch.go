@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"time"
+
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 // openCandidate opens the candidate binary from a local file or a URL. A
-// URL must be https; plain http is accepted only for a loopback host (a
-// local mirror or a test server), since the checksum protects integrity
-// but not what a network observer learns.
+// URL is fetched under the transport policy: https, plain http only from
+// a loopback host (a local mirror or a test server), since the checksum
+// protects integrity but not what a network observer learns; bounded in
+// time and to maxCandidateSize bytes.
 func openCandidate(ctx context.Context, binary, rawURL string) (io.ReadCloser, string, error) {
 	switch {
 	case binary != "" && rawURL != "":
@@ -34,70 +34,57 @@ func openCandidate(ctx context.Context, binary, rawURL string) (io.ReadCloser, s
 		if err := checkURL(u); err != nil {
 			return nil, "", err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		body, err := transport.Policy{}.Get(ctx, u.String(), maxCandidateSize)
 		if err != nil {
-			return nil, "", err
+			return nil, "", candidateError(u, err)
 		}
-		client := &http.Client{Timeout: 10 * time.Minute, CheckRedirect: func(r *http.Request, via []*http.Request) error {
-			if len(via) >= 5 {
-				return errors.New("too many redirects")
-			}
-			return checkURL(r.URL)
-		}}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, "", fmt.Errorf("download %s: %w", u.Redacted(), err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, "", fmt.Errorf("download %s: %s", u.Redacted(), resp.Status)
-		}
-		if resp.ContentLength > maxCandidateSize {
-			resp.Body.Close()
-			return nil, "", &RefusedError{Reason: fmt.Sprintf("download %s: %d bytes is more than an agent binary can be (%d); nothing was changed", u.Redacted(), resp.ContentLength, maxCandidateSize)}
-		}
-		return &capped{r: io.LimitReader(resp.Body, maxCandidateSize+1), c: resp.Body, what: u.Redacted()}, u.Redacted(), nil
+		return &capped{rc: body, what: u.Redacted()}, u.Redacted(), nil
 	}
 	return nil, "", &RefusedError{Reason: "no candidate: give --binary PATH or --url URL"}
 }
 
+// checkURL applies the transport policy to --url before anything is sent.
 func checkURL(u *url.URL) error {
-	switch u.Scheme {
-	case "https":
-		return nil
-	case "http":
-		host := u.Hostname()
-		if host == "localhost" {
-			return nil
-		}
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-			return nil
-		}
-		return &RefusedError{Reason: fmt.Sprintf("--url %s: plain http is accepted only for a loopback host; use https", u.Redacted())}
+	if err := (transport.Policy{}).Allow(u); err != nil {
+		return &RefusedError{Reason: "--url: " + err.Error()}
 	}
-	return &RefusedError{Reason: fmt.Sprintf("--url %s: scheme %q is not https", u.Redacted(), u.Scheme)}
+	return nil
+}
+
+// candidateError says what a failed download means for the upgrade: a
+// refusal when the policy or the size cap stopped it (nothing changed),
+// a plain failure otherwise.
+func candidateError(u *url.URL, err error) error {
+	var re *transport.RefusedError
+	if errors.As(err, &re) {
+		return &RefusedError{Reason: "--url " + u.Redacted() + ": " + re.Error()}
+	}
+	var tl *transport.TooLargeError
+	if errors.As(err, &tl) {
+		return &RefusedError{Reason: fmt.Sprintf("download %s: %v, more than an agent binary can be; nothing was changed", u.Redacted(), tl)}
+	}
+	return fmt.Errorf("download %s: %w", u.Redacted(), err)
 }
 
 // maxCandidateSize bounds a downloaded candidate: the agent is a few tens of
 // MiB, and a server that never stops sending must not fill the lib dir's
 // filesystem (which may be /opt, next to everything else).
-var maxCandidateSize int64 = 512 << 20
+var maxCandidateSize = transport.MaxFile
 
-// capped reads a download and fails once it passes maxCandidateSize.
+// capped names the candidate when the transport's cap stops a download
+// that did not announce its length.
 type capped struct {
-	r    io.Reader
-	c    io.Closer
-	n    int64
+	rc   io.ReadCloser
 	what string
 }
 
 func (c *capped) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.n > maxCandidateSize {
-		return n, fmt.Errorf("download %s: more than %d bytes, more than an agent binary can be", c.what, maxCandidateSize)
+	n, err := c.rc.Read(p)
+	var tl *transport.TooLargeError
+	if errors.As(err, &tl) {
+		return n, fmt.Errorf("download %s: %w, more than an agent binary can be", c.what, tl)
 	}
 	return n, err
 }
 
-func (c *capped) Close() error { return c.c.Close() }
+func (c *capped) Close() error { return c.rc.Close() }

@@ -35,12 +35,13 @@ func (r preflightReport) check(t *testing.T, name string) (severity, message, re
 }
 
 // runPreflight runs preflight inside the host. The API server and token
-// checks fail by design (nothing listens on the host's loopback); they are
-// ignored so the exit code reflects the checks under test.
+// checks fail by design (nothing listens on the host's loopback), and
+// worker-image does when the config names no worker image (testConfig);
+// they are ignored so the exit code reflects the checks under test.
 func runPreflight(t *testing.T, h *aclhost.Host, extra ...string) (preflightReport, int, string) {
 	t.Helper()
 	args := append([]string{"/root/dist/aks-flex-node", "preflight", "--config", "/etc/aks-flex-node/config.json",
-		"--ignore-preflight-errors=api-server-reachable,bootstrap-token", "--output", "json"}, extra...)
+		"--ignore-preflight-errors=api-server-reachable,bootstrap-token,worker-image", "--output", "json"}, extra...)
 	stdout, stderr, err := h.Run(context.Background(), args...)
 	code := 0
 	var ee *exec.ExitError
