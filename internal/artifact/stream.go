@@ -149,10 +149,13 @@ func writeTemp(ctx context.Context, d *os.Root, name string, r io.Reader, mode f
 	if err != nil {
 		return "", "", err
 	}
+	// The return statements below clear tmpName before this runs: remove
+	// the file by the name it was created under.
+	created := tmpName
 	defer func() {
 		if err != nil {
 			tmp.Close()
-			d.Remove(tmpName)
+			d.Remove(created)
 		}
 	}()
 	if sum, _, err = copyHashed(ctx, tmp, r); err != nil {
