@@ -85,6 +85,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 
 func newResetCommand() *cobra.Command {
 	var path string
+	var keepCache bool
 	cmd := &cobra.Command{
 		Use:     "reset",
 		Aliases: []string{"unbootstrap"},
@@ -95,7 +96,11 @@ the staged bundles and the logs; everything start created is tracked, so
 exactly that is removed. The agent binary stays, with its upgrade slots,
 links and recovery script (uninstall.sh removes them). Safe to run twice and
 after a half-finished start. The layout comes from --config; an absent config
-selects the default layout.`,
+selects the default layout.
+
+The worker image's unpacked layers (the layer cache machines are made from)
+are removed too, unless --keep-image-cache: then the next start makes the
+machine from them in under a second.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -107,7 +112,7 @@ selects the default layout.`,
 				}
 				return err
 			}
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log})
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, KeepImageCache: keepCache})
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
@@ -116,5 +121,6 @@ selects the default layout.`,
 		},
 	}
 	addConfigFlag(cmd, &path)
+	cmd.Flags().BoolVar(&keepCache, "keep-image-cache", false, "keep the worker image's unpacked layers for the next start")
 	return cmd
 }
