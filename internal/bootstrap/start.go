@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -27,6 +29,8 @@ type Options struct {
 	ProcDir     string    // default /proc
 	Machine     string    // default the layout's active machine
 	JoinTimeout time.Duration
+	// KeepImageCache keeps the layer cache on reset.
+	KeepImageCache bool
 }
 
 func (o *Options) setDefaults() {
@@ -57,6 +61,7 @@ type Start struct {
 	machine     Machine
 	stager      *artifact.Stager
 	provisioner *machine.Provisioner
+	image       *WorkerImage
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -78,7 +83,8 @@ func NewStart(o Options) *Start {
 		Track:       tr.Add,
 		Log:         o.Log,
 	}
-	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP}
+	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
+	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	return s
 }
 
@@ -94,6 +100,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	staged := task.NewOutput[artifact.Staged]("stage-node-components")
 	components := task.NewOutput[bool]("install-node-components")
 	nodeConfig := task.NewOutput[bool]("write-node-config")
+	chosen := task.NewOutput[ImageChoice]("provision-machine")
 	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode}
 	return []task.Phase{
 		{Name: "stage", Tasks: []task.Task{
@@ -106,7 +113,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			DisableSwap(h),
 		}},
 		{Name: "machine", Tasks: []task.Task{
-			ProvisionMachine(h, m, s.provisioner, c.Bootstrap.OCIImage, s.opts.ConfigFile, s.opts.Log),
+			ProvisionMachine(h, m, s.provisioner, s.image, staged, chosen, s.opts.Log),
 			InstallNodeComponents(s.stager, staged, components),
 			WriteNspawnFiles(h, m, nspawnOpts),
 			WriteNodeConfig(m, c, cgroupMode, nodeConfig),
@@ -118,7 +125,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			WaitNodeReady(m, c.Agent.NodeName, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
 		}},
 		{Name: "finish", Tasks: []task.Task{
-			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData),
+			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen),
 			InstallAgentService(h, s.opts.Log),
 			WriteJoinedMarker(h, c.Agent.NodeName),
 		}},
@@ -143,7 +150,7 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	}
 	name := s.opts.Config.Agent.NodeName
 	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
-		s.progressf("machine %s runs worker image %s (%s)", s.machine.Name, s.opts.Config.Bootstrap.OCIImage, d)
+		s.progressf("machine %s runs worker image %s (%s, from %s)", s.machine.Name, s.image.Used().Ref, d, s.image.Used().Source)
 	}
 	if changed {
 		s.progressf("node %s joined in %v", name, time.Since(start).Round(time.Millisecond))

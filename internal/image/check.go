@@ -77,14 +77,16 @@ func IndexImage(ctx context.Context, img v1.Image) (*Tree, error) {
 			return nil, err
 		}
 		ld, _ := l.Digest()
-		if err := indexLayer(t, l, cf.RootFS.DiffIDs[i]); err != nil {
+		if err := IndexLayer(t, l, cf.RootFS.DiffIDs[i]); err != nil {
 			return nil, fmt.Errorf("layer %d (%s): %w", i, ld, err)
 		}
 	}
 	return t, nil
 }
 
-func indexLayer(t *Tree, l v1.Layer, diffID v1.Hash) error {
+// IndexLayer adds one layer's tar headers to t (whiteouts applied), checking
+// the uncompressed stream against diffID.
+func IndexLayer(t *Tree, l v1.Layer, diffID v1.Hash) error {
 	if diffID.Algorithm != "sha256" {
 		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
 	}
