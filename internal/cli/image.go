@@ -1,22 +1,27 @@
 package cli
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/image"
 	"github.com/Azure/aks-flex-node/internal/image/deb"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
 func newImageCommand() *cobra.Command {
@@ -174,61 +179,151 @@ func imageCacheDir(flag string) (string, error) {
 	return filepath.Join(d, "aks-flex-node", "image"), nil
 }
 
-// mirrorGetter fetches from the mirror: https, plain HTTP only to
-// loopback or, with --plain-http, to the mirror's own host.
+// mirrorGetter fetches from the mirror under the transport policy:
+// https, plain HTTP only to loopback or, with --plain-http, to the
+// mirror's own host (what is fetched is checked against the signed
+// indexes either way).
 func mirrorGetter(mirror string, plainHTTP bool) (deb.Getter, error) {
-	u, err := url.Parse(mirror)
-	if mirror != "" && (err != nil || u.Host == "") {
-		return nil, fmt.Errorf("--mirror %q is not a URL", mirror)
+	pol := transport.Policy{OptIn: "--plain-http"}
+	if mirror != "" {
+		u, err := url.Parse(mirror)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("--mirror %q is not a URL", mirror)
+		}
+		if plainHTTP {
+			pol.PlainHTTPHost = u.Host
+		}
 	}
-	allowed := ""
-	if plainHTTP && u != nil {
-		allowed = u.Host
-	}
-	client := &http.Client{Timeout: 30 * time.Minute}
-	return func(ctx context.Context, raw string, max int64) (io.ReadCloser, error) {
-		ru, err := url.Parse(raw)
-		if err != nil {
-			return nil, err
-		}
-		if ru.Scheme != "https" && !(ru.Scheme == "http" && (isLoopbackHost(ru.Host) || ru.Host == allowed)) {
-			return nil, fmt.Errorf("refusing plain HTTP to %s: only https is fetched, plain HTTP only from loopback; pass --plain-http to allow it for the mirror", ru.Host)
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, fmt.Errorf("GET %s: %s", raw, resp.Status)
-		}
-		return struct {
-			io.Reader
-			io.Closer
-		}{io.LimitReader(resp.Body, max+1), resp.Body}, nil
-	}, nil
-}
-
-func isLoopbackHost(h string) bool {
-	host := h
-	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
-		host = h[:i]
-	}
-	host = strings.Trim(host, "[]")
-	return host == "localhost" || host == "127.0.0.1" || host == "::1"
+	return pol.Get, nil
 }
 
 func newImageCheckCommand() *cobra.Command {
-	return &cobra.Command{
+	var arch, output string
+	var plainHTTP bool
+	cmd := &cobra.Command{
 		Use:   "check REF",
 		Short: "Check an image against the worker image contract",
-		Args:  cobra.ExactArgs(1),
+		Long: `Check the image REF against the worker image contract, the way start's
+worker-image preflight check does: REF is oci-layout:///dir:tag (or @sha256:...),
+an OCI layout dir holding one image (an 'image build' output), or a registry
+reference (registry/repository:tag or @sha256:..., oci:// optional). The config
+and every layer are read (layers are streamed and hashed against their diff
+IDs, their tar headers read; nothing is written) and each contract item is
+reported:
+
+` + contractHelp() + `
+Registry pulls follow the transport policy (https; plain HTTP only to a
+loopback registry or with --plain-http) and use the Docker config's
+credentials. Exit status: 0 the image meets the contract (and is for --arch),
+1 it does not or could not be read, 2 bad usage.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return invalidf("image check: not implemented yet")
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if arch == "" {
+				arch = runtime.GOARCH
+			}
+			ref, err := imageRef(args[0])
+			if err != nil {
+				return invalid(fmt.Errorf("image check: %w", err))
+			}
+			l, err := layout.New("/", "", "")
+			if err != nil {
+				return err
+			}
+			p := &machine.Provisioner{PlainHTTP: plainHTTP, Keychain: authn.DefaultKeychain, Platform: v1.Platform{OS: "linux", Architecture: arch}}
+			in, err := p.Inspect(cmd.Context(), l, ref)
+			if err != nil {
+				return fmt.Errorf("image check: %s: %w", ref, err)
+			}
+			return reportImageCheck(cmd, ref, in, output)
 		},
 	}
+	cmd.Flags().StringVar(&arch, "arch", "", "the arch the image must be for (default: this host's)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "allow plain HTTP to a registry that is not on loopback")
+	return cmd
+}
+
+// contractHelp lists the contract items for the help text, from the
+// contract itself.
+func contractHelp() string {
+	var b strings.Builder
+	for _, it := range image.Contract {
+		fmt.Fprintf(&b, "  %-16s %s\n", it.Name, it.What)
+	}
+	return b.String()
+}
+
+// imageRef turns what image check takes into a reference the provisioner
+// resolves: an OCI layout dir holding one image becomes
+// oci-layout:///dir@digest, oci://x becomes x.
+func imageRef(s string) (string, error) {
+	if r, ok := strings.CutPrefix(s, "oci://"); ok {
+		return r, nil
+	}
+	if strings.HasPrefix(s, machine.OCILayoutScheme) {
+		return s, nil
+	}
+	if fi, err := os.Stat(s); err == nil && fi.IsDir() {
+		abs, err := filepath.Abs(s)
+		if err != nil {
+			return "", err
+		}
+		lp, err := ocilayout.FromPath(abs)
+		if err != nil {
+			return "", fmt.Errorf("%s: not an OCI image layout: %w", s, err)
+		}
+		idx, err := lp.ImageIndex()
+		if err != nil {
+			return "", err
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return "", err
+		}
+		if len(im.Manifests) != 1 {
+			return "", fmt.Errorf("%s holds %d images: name one as oci-layout://%s:TAG", s, len(im.Manifests), abs)
+		}
+		return machine.OCILayoutScheme + abs + "@" + im.Manifests[0].Digest.String(), nil
+	}
+	return s, nil
+}
+
+func reportImageCheck(cmd *cobra.Command, ref string, in machine.Inspection, output string) error {
+	misses := image.Misses(in.Findings)
+	out := cmd.OutOrStdout()
+	if output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"ref": ref, "digest": in.Digest, "platform": in.Platform, "wantPlatform": in.WantPlatform, "findings": in.Findings}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "image    %s\ndigest   %s\nplatform %s\n", ref, in.Digest, in.Platform)
+		for _, f := range in.Findings {
+			mark := "ok  "
+			if !f.OK {
+				mark = "MISS"
+			}
+			fmt.Fprintf(out, "%s  %-16s %s\n", mark, f.Item, f.Detail)
+		}
+	}
+	if !in.PlatformOK() {
+		fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: image check: %s is for %s, not %s\n", ref, in.Platform, in.WantPlatform)
+		return &exitError{code: ExitFailure, err: errSilent}
+	}
+	if len(misses) > 0 {
+		names := make([]string, len(misses))
+		for i, m := range misses {
+			names[i] = m.Item
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: image check: %s does not meet the worker image contract: missing %s\n", ref, strings.Join(names, ", "))
+		return &exitError{code: ExitFailure, err: errSilent}
+	}
+	if output != "json" {
+		fmt.Fprintf(out, "meets the worker image contract (%d items)\n", len(in.Findings))
+	}
+	return nil
 }
