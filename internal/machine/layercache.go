@@ -109,7 +109,15 @@ func (c *layerCache) get(diffID v1.Hash) (*cacheEntry, error) {
 
 // fill extracts layer l into the cache, checking its uncompressed stream
 // against diffID (extractLayer), and returns the entry.
-func (c *layerCache) fill(l v1.Layer, diffID v1.Hash) (*cacheEntry, error) {
+func (c *layerCache) fill(l v1.Layer, diffID v1.Hash) (e *cacheEntry, err error) {
+	if _, serr := os.Lstat(c.dir); errors.Is(serr, fs.ErrNotExist) {
+		// A failed first fill leaves no empty cache behind.
+		defer func() {
+			if err != nil {
+				_ = os.Remove(c.dir)
+			}
+		}()
+	}
 	if err := fsutil.MkdirAll(c.dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -125,7 +133,7 @@ func (c *layerCache) fill(l v1.Layer, diffID v1.Hash) (*cacheEntry, error) {
 	if err := extractLayerTo(l, diffID, tree, false); err != nil {
 		return nil, err
 	}
-	e := &cacheEntry{DiffID: diffID.String()}
+	e = &cacheEntry{DiffID: diffID.String()}
 	if e.Entries, e.Size, err = indexTree(tree); err != nil {
 		return nil, fmt.Errorf("index %s: %w", tree, err)
 	}
