@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,7 +15,7 @@ import (
 func newStartCommand() *cobra.Command {
 	var path string
 	var opts preflight.Options
-	var timeout time.Duration
+	var timeout, lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "start",
 		Aliases: []string{"bootstrap"},
@@ -31,6 +30,10 @@ be Ready; save the applied state and start aks-flex-node-agent.service.
 
 A second start on a converged host changes nothing and says so.
 
+start holds the node lock (node.lock in the state dir) from preflight to the
+end: a start, reset or agent-upgrade already running makes it wait, up to
+--lock-timeout, saying which command (and pid) holds the lock.
+
 Phases, in order, and their tasks (each task logs one line,
 task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
 
@@ -42,7 +45,11 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			if err := opts.Validate(preflight.StartNames); err != nil {
 				return invalid(err)
 			}
-			data, err := os.ReadFile(path)
+			data, err := config.ReadFile(path)
+			var ie *config.InvalidError
+			if errors.As(err, &ie) {
+				return invalid(fmt.Errorf("start: %w", err))
+			}
 			if err != nil {
 				return fmt.Errorf("start: config: %w", err)
 			}
@@ -60,6 +67,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
 				Progress:    out,
 				JoinTimeout: timeout,
+				Lock:        lockWait(cmd, l, lockTimeout),
 			})
 			pf := bootstrap.Preflight{
 				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
@@ -80,12 +88,14 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 	addConfigFlag(cmd, &path)
 	preflight.AddFlags(cmd.Flags(), &opts)
 	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 
 func newResetCommand() *cobra.Command {
 	var path string
 	var keepCache bool
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "reset",
 		Aliases: []string{"unbootstrap"},
@@ -96,7 +106,7 @@ the staged bundles and the logs; everything start created is tracked, so
 exactly that is removed. The agent binary stays, with its upgrade slots,
 links and recovery script (uninstall.sh removes them). Safe to run twice and
 after a half-finished start. The layout comes from --config; an absent config
-selects the default layout.
+selects the default layout. reset holds the node lock, as start does.
 
 The worker image's unpacked layers (the layer cache machines are made from)
 are removed too, unless --keep-image-cache: then the next start makes the
@@ -112,7 +122,7 @@ machine from them in under a second.`,
 				}
 				return err
 			}
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, KeepImageCache: keepCache})
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, Lock: lockWait(cmd, l, lockTimeout), KeepImageCache: keepCache})
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
@@ -122,5 +132,6 @@ machine from them in under a second.`,
 	}
 	addConfigFlag(cmd, &path)
 	cmd.Flags().BoolVar(&keepCache, "keep-image-cache", false, "keep the worker image's unpacked layers for the next start")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
