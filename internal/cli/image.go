@@ -38,7 +38,7 @@ Debian or Ubuntu archive's signed packages, or packs an existing rootfs;
 			return invalidf("image: name a subcommand: build or check (see 'aks-flex-node image --help')")
 		},
 	}
-	cmd.AddCommand(newImageBuildCommand(), newImageCheckCommand())
+	cmd.AddCommand(newImageBuildCommand(), newImageCheckCommand(), newImagePushCommand())
 	for _, c := range cmd.Commands() {
 		c.Args = wrapArgs(c.Args)
 	}

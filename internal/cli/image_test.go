@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 )
 
 // workerTree writes a rootfs that meets the contract but for the tools
@@ -63,5 +68,32 @@ func TestImageBuildFromRootfsAndCheck(t *testing.T) {
 	}
 	if _, _, code := run(t, "image", "build", "--output-dir", bad); code != 2 {
 		t.Errorf("build without a spec: exit %d, want 2", code)
+	}
+}
+
+// TestImagePush: image push puts a built image in a (loopback) registry
+// and prints the digest-pinned reference, which image check then reads
+// from the registry.
+func TestImagePush(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "img")
+	if so, se, code := run(t, "image", "build", "--from-rootfs", workerTree(t), "--output-dir", out); code != 0 {
+		t.Fatalf("build: %d\n%s%s", code, so, se)
+	}
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	so, se, code := run(t, "image", "push", out, "oci://"+host+"/aks/worker:v1")
+	pinned, ok := strings.CutPrefix(strings.TrimSpace(so), "pushed "+out+" to ")
+	if code != 0 || !ok || !strings.HasPrefix(pinned, host+"/aks/worker@sha256:") {
+		t.Fatalf("push: %d\n%s%s", code, so, se)
+	}
+	if so, se, code := run(t, "image", "check", pinned); code != 0 || !strings.Contains(so, "meets the worker image contract") {
+		t.Errorf("check %s: %d\n%s%s", pinned, code, so, se)
+	}
+	if _, _, code := run(t, "image", "push", out, host+"/aks/worker:v1"); code != ExitInvalid {
+		t.Errorf("push to a reference without oci://: exit %d, want %d", code, ExitInvalid)
+	}
+	if _, se, code := run(t, "image", "push", out, "oci://"+host+"/aks/worker:v1", "--arch", "s390x"); code != 1 || !strings.Contains(se, "linux/s390x") {
+		t.Errorf("push for another arch: %d %s", code, se)
 	}
 }
