@@ -66,6 +66,7 @@ func (e *errCacheChanged) Error() string {
 // materializer makes one rootfs in dst from entries, layer by layer.
 type materializer struct {
 	root *os.Root // the machines dir: the cache and dst are both below it
+	fds  *dirFDs  // open directories below root (materialize_at.go)
 	dst  string   // dst relative to root
 	mode linkMode
 	// chown sets owners (root only; tests run as anyone).
@@ -94,7 +95,12 @@ func materialize(machinesDir, dst string, entries []*cacheEntry, want linkMode) 
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return 0, 0, fmt.Errorf("rootfs %s is not below %s", dst, machinesDir)
 	}
-	m := &materializer{root: root, dst: rel, mode: want, chown: os.Geteuid() == 0}
+	fds, err := newDirFDs(root)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer fds.close()
+	m := &materializer{root: root, fds: fds, dst: rel, mode: want, chown: os.Geteuid() == 0}
 	for _, e := range entries {
 		cacheRel, err := filepath.Rel(machinesDir, e.tree())
 		if err != nil || strings.HasPrefix(cacheRel, "..") {
@@ -105,8 +111,14 @@ func materialize(machinesDir, dst string, entries []*cacheEntry, want linkMode) 
 		}
 	}
 	for i := len(m.dirs) - 1; i >= 0; i-- {
-		t := time.Unix(0, m.dirs[i].mtime)
-		_ = root.Chtimes(m.dirs[i].rel, t, t)
+		d := m.dirs[i]
+		if fd, ok := fds.get(path.Dir(d.rel)); ok {
+			ts := unix.NsecToTimespec(d.mtime)
+			_ = unix.UtimesNanoAt(fd, path.Base(d.rel), []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
+			continue
+		}
+		t := time.Unix(0, d.mtime)
+		_ = root.Chtimes(d.rel, t, t)
 	}
 	return m.mode, m.linked + m.copied + m.other, nil
 }
@@ -166,6 +178,7 @@ func (m *materializer) whiteout(rel string) error {
 	if !m.realDir(path.Dir(rel)) {
 		return nil
 	}
+	m.fds.forget(m.at(rel))
 	return m.root.RemoveAll(m.at(rel))
 }
 
@@ -183,6 +196,7 @@ func (m *materializer) clearDir(rel string) error {
 		return err
 	}
 	for _, n := range names {
+		m.fds.forget(m.at(path.Join(rel, n)))
 		if err := m.root.RemoveAll(m.at(path.Join(rel, n))); err != nil {
 			return err
 		}
@@ -195,18 +209,28 @@ func (m *materializer) clearDir(rel string) error {
 // metadata).
 func (m *materializer) entry(e *cacheEntry, cacheRel string, x *indexEntry) error {
 	dst := m.at(x.Path)
+	src := path.Join(cacheRel, x.Path)
+	if dfd, ok := m.fds.get(path.Dir(dst)); ok {
+		sfd, ok := -1, true
+		if x.Type == tar.TypeReg {
+			sfd, ok = m.fds.get(path.Dir(src))
+		}
+		if ok {
+			return m.entryAt(e, dfd, sfd, dst, x)
+		}
+	}
 	old, err := m.root.Lstat(dst)
 	switch {
 	case err == nil && old.IsDir() && x.Type == tar.TypeDir:
 		return m.meta(dst, x, true)
 	case err == nil:
+		m.fds.forget(dst)
 		if err := m.root.RemoveAll(dst); err != nil {
 			return err
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	src := path.Join(cacheRel, x.Path)
 	switch x.Type {
 	case tar.TypeDir:
 		if err := m.root.Mkdir(dst, 0o700); err != nil {
