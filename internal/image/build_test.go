@@ -163,6 +163,9 @@ func TestBuild(t *testing.T) {
 	if n := tree.Get("/etc/shadow"); n == nil || n.Mode != 0o640 || n.GID != shadowGID {
 		t.Errorf("shadow: %+v", n)
 	}
+	if n := tree.Get("/etc/hosts"); n == nil || n.Type != tar.TypeReg || n.Size == 0 {
+		t.Errorf("/etc/hosts (containerd copies it into pod sandboxes): %+v", n)
+	}
 	if n := tree.Get("/var/log/journal"); n == nil || n.Type != tar.TypeDir {
 		t.Errorf("journal dir: %+v", n)
 	}

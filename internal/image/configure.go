@@ -29,6 +29,7 @@ var configureSteps = []configureStep{
 	{"ca-certificates", (*builder).caCertificates},
 	{"shells", (*builder).shells},
 	{"machine-id", (*builder).machineID},
+	{"hosts", (*builder).hosts},
 	{"journal", (*builder).journal},
 	{"systemd-units", (*builder).systemdUnits},
 	{"dpkg-database", (*builder).dpkgDatabase},
@@ -201,6 +202,18 @@ func (b *builder) machineID() error {
 	if n := b.tree.Get("/var/lib/dbus"); n != nil && n.Type == tar.TypeDir {
 		b.symlink("/var/lib/dbus/machine-id", "/etc/machine-id")
 	}
+	return nil
+}
+
+// hosts writes the /etc/hosts the Debian installer and debootstrap leave
+// (no package ships one): containerd's CRI copies the machine's into
+// every pod sandbox and fails the pod without it. An image whose packages
+// brought one keeps it.
+func (b *builder) hosts() error {
+	if b.tree.Get("/etc/hosts") != nil {
+		return nil
+	}
+	b.file("/etc/hosts", []byte("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\nff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n"), 0o644, 0)
 	return nil
 }
 
