@@ -181,3 +181,35 @@ func TestInspect(t *testing.T) {
 		t.Errorf("wrong arch: %+v %v", in, err)
 	}
 }
+
+// TestMaterializeReplacedDirs: an upper layer that removes a lower
+// layer's directory (a whiteout) and makes it again, or puts a file where
+// a directory was, gets its entries into the new directory, not into the
+// removed one whose descriptor the rootfs maker had open.
+func TestMaterializeReplacedDirs(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	img := imageOf(t,
+		layerOf(t,
+			file{name: "opt/"}, file{name: "opt/d/"}, file{name: "opt/d/a", body: "a"},
+			file{name: "opt/f/"}, file{name: "opt/f/x", body: "x"},
+		),
+		layerOf(t,
+			file{name: "opt/.wh.d"}, file{name: "opt/d/"}, file{name: "opt/d/c", body: "c"},
+			file{name: "opt/f", body: "now a file"},
+		),
+	)
+	ref := writeLayout(t, root, "/srv/images/node", "v1", img)
+	for _, name := range []string{"kube1", "kube2"} { // cold, then from the cache
+		if _, err := (&Provisioner{linkMode: modeHardlink}).Provision(ctx, at(root), name, ref, nil); err != nil {
+			t.Fatal(err)
+		}
+		d := Dir(at(root), name)
+		if exists(filepath.Join(d, "opt/d/a")) || readFile(t, filepath.Join(d, "opt/d/c")) != "c" {
+			t.Errorf("%s: opt/d is not the upper layer's", name)
+		}
+		if readFile(t, filepath.Join(d, "opt/f")) != "now a file" {
+			t.Errorf("%s: opt/f is not the upper layer's file", name)
+		}
+	}
+}
