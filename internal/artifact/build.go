@@ -43,6 +43,10 @@ type BuildOptions struct {
 	PullImage func(ctx context.Context, ref, arch, dst string) error
 	// Note receives one-line notes (a missing NOTICE, say); nil drops them.
 	Note func(string)
+	// WorkerImage is the worker image to carry under images/worker/: an
+	// OCI layout dir holding one image (an image build output), or
+	// oci-layout:///dir:tag; "" carries none.
+	WorkerImage string
 }
 
 // BuildMtime is the modification time of every file and directory Build
@@ -75,6 +79,9 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 		return nil, err
 	}
 	if err := b.images(); err != nil {
+		return nil, err
+	}
+	if err := b.workerImage(); err != nil {
 		return nil, err
 	}
 	if err := b.legal(); err != nil {

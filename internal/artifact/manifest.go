@@ -43,7 +43,7 @@ const (
 	ImageFile  = "image"
 )
 
-var knownComponents = map[string]bool{Kubelet: true, Kubectl: true, Containerd: true, Runc: true, CNI: true, Crictl: true, ImageFile: true}
+var knownComponents = map[string]bool{Kubelet: true, Kubectl: true, Containerd: true, Runc: true, CNI: true, Crictl: true, ImageFile: true, WorkerImageFile: true}
 
 // Components are versions, written without a leading "v". In a manifest
 // they say what the bundle holds; passed to Verify they are what the
@@ -89,6 +89,9 @@ type Manifest struct {
 	Files         []File      `json:"files"`
 	Images        []Image     `json:"images"`
 	Legal         []LegalFile `json:"legal"`
+	// WorkerImage is the worker image the bundle carries (worker.go);
+	// nil when it carries none.
+	WorkerImage *WorkerImage `json:"workerImage,omitempty"`
 }
 
 // File returns the entry for path, or nil.
@@ -217,7 +220,7 @@ func ParseManifest(name string, data []byte) (*Manifest, error) {
 			bad(field+".size", "%d is negative", fe.Size)
 		}
 		if !knownComponents[fe.Component] {
-			bad(field+".component", "%q is not one of kubelet, kubectl, containerd, runc, cni, crictl, image", fe.Component)
+			bad(field+".component", "%q is not one of kubelet, kubectl, containerd, runc, cni, crictl, image, worker-image", fe.Component)
 		}
 	}
 	for i, im := range m.Images {

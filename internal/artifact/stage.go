@@ -55,11 +55,15 @@ type Stager struct {
 	verified *verifiedBundle
 }
 
-// Staged is a bundle ready to install: Dir is where this process opens it,
-// Pulled says whether staging downloaded anything.
+// Staged is a bundle ready to install: Dir is where this process opens it
+// and HostDir the host path it is at, Pulled says whether staging
+// downloaded anything, and WorkerImage is the oci-layout:// reference of
+// the worker image the bundle carries ("" when it carries none).
 type Staged struct {
-	Dir    string
-	Pulled bool
+	Dir         string
+	HostDir     string
+	Pulled      bool
+	WorkerImage string
 }
 
 // verifiedBundle is a bundle verified in full by this process: its stamp,
@@ -110,6 +114,11 @@ func (s *Stager) Stage(ctx context.Context) (Staged, error) {
 	if err := s.Verify(ctx, st.Dir); err != nil {
 		return Staged{}, fmt.Errorf("bundle %s does not verify: %w", st.Dir, err)
 	}
+	m, err := LoadManifest(st.Dir)
+	if err != nil {
+		return Staged{}, err
+	}
+	st.WorkerImage = m.WorkerImageRef(st.HostDir)
 	return st, nil
 }
 
@@ -122,7 +131,7 @@ func (s *Stager) stage(ctx context.Context) (Staged, error) {
 		if strings.HasPrefix(dir, OCIScheme) {
 			return s.stageOCI(ctx, dir)
 		}
-		return Staged{Dir: s.Layout.OnRoot(dir)}, nil
+		return Staged{Dir: s.Layout.OnRoot(dir), HostDir: dir}, nil
 	}
 	return s.stageUpstream(ctx)
 }
@@ -147,7 +156,7 @@ func (s *Stager) stageUpstream(ctx context.Context) (Staged, error) {
 	if _, err := WriteManifest(dir, m); err != nil {
 		return Staged{}, err
 	}
-	return Staged{Dir: dir}, nil
+	return Staged{Dir: dir, HostDir: staged}, nil
 }
 
 // stageOCI pulls the bundle at ref into bundles/oci-<digest>, verifies it
@@ -173,7 +182,7 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 	if b, err := os.ReadFile(marker); err == nil && string(b) == rem.Digest.String()+"\n" {
 		err := s.Verify(ctx, dir)
 		if err == nil {
-			return Staged{Dir: dir}, nil
+			return Staged{Dir: dir, HostDir: staged}, nil
 		}
 		if ctx.Err() != nil { // interrupted, not disproved: keep it
 			return Staged{}, err
@@ -202,7 +211,7 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 		return Staged{}, err
 	}
 	s.log().Info("pulled bundle", "ref", ref, "digest", rem.Digest.String(), "dir", staged, "bytes", n, "duration", time.Since(start).Round(time.Millisecond))
-	return Staged{Dir: dir, Pulled: true}, nil
+	return Staged{Dir: dir, HostDir: staged, Pulled: true}, nil
 }
 
 // removeTempFiles removes the temp files writeStream and writeTemp make

@@ -134,6 +134,9 @@ func verify(ctx context.Context, dir string, want Components, arch string) (*Man
 			ps = append(ps, *p)
 		}
 	}
+	if len(ps) == 0 {
+		ps = workerImageProblems(dir, m)
+	}
 	return m, ps
 }
 

@@ -9,10 +9,12 @@ import (
 	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
+	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 // TestAppliedStateRecordsResolvedImage: the digest worker-image resolves
@@ -45,10 +47,13 @@ func TestAppliedStateRecordsResolvedImage(t *testing.T) {
 		t.Fatalf("ResolveImage = %+v, %v; want %s", r, err, want)
 	}
 	ctx := context.Background()
-	if _, err := ProvisionMachine(s.host, s.machine, s.provisioner, c.Bootstrap.OCIImage, s.opts.ConfigFile, nil).Do(ctx); err != nil {
+	staged := task.NewOutput[artifact.Staged]("stage-node-components")
+	staged.Set(artifact.Staged{})
+	chosen := task.NewOutput[ImageChoice]("provision-machine")
+	if _, err := ProvisionMachine(s.host, s.machine, s.provisioner, s.image, staged, chosen, nil).Do(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := SaveState(s.host, s.machine, c, s.opts.ConfigFile, s.opts.ConfigData).Do(ctx); err != nil {
+	if _, err := SaveState(s.host, s.machine, c, s.opts.ConfigFile, s.opts.ConfigData, chosen).Do(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a, err := state.LoadApplied(l.OnRoot(l.StateDir()))

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/Azure/aks-flex-node/internal/image"
+	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -43,25 +47,49 @@ func (e *RefusedError) Error() string {
 	return "refused by preflight: " + strings.Join(msgs, "; ")
 }
 
-// WireChecks plugs the run's stager and provisioner into env's
-// artifact-sources and worker-image checks: a local bundle is verified in
-// full (unless its verification record shows it unchanged), a registry one is
-// inspected without downloading, and the worker image is resolved under
-// the transport policy. Either way a bad source stops start before it
-// touches the host; a bundle preflight verified is not hashed again by
-// stage or install, and the image preflight resolved is the one
-// provision-machine unpacks.
+// WireChecks plugs the run's stager, image choice and provisioner into
+// env's artifact-sources and worker-image checks: a local bundle is
+// verified in full (unless unchanged since start last verified it), a
+// registry one is inspected without downloading, and the worker image
+// start will use is resolved under the transport policy and checked
+// against this host's platform and the worker image contract, writing
+// nothing. Either way a bad source stops start before it touches the
+// host; a bundle preflight verified is not hashed again by stage or
+// install, and the image preflight resolved is the one provision-machine
+// unpacks.
 func (s *Start) WireChecks(env *preflight.Env) {
 	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) (string, error) {
 		v, err := s.stager.VerifyQuick(ctx, dir)
 		return v.String(), err
 	}
 	env.InspectOfflineArtifacts = s.stager.Inspect
-	root := s.opts.Layout.Root()
-	env.ResolveImage = func(ctx context.Context, ref string) (preflight.ResolvedImage, error) {
-		r, err := s.provisioner.Resolve(ctx, root, ref)
-		return preflight.ResolvedImage{Digest: r.Digest, ByTag: r.ByTag, Repository: r.Repository, PlainHTTP: r.PlainHTTP}, err
+	env.ChooseImage = func(ctx context.Context) (string, string, error) {
+		c, err := s.image.Choose(ctx)
+		return c.Ref, c.Source, err
 	}
+	env.ResolveImage = s.resolveImage
+}
+
+// resolveImage is the worker-image check's probe. The image of a registry
+// bundle that is not staged yet is read from the bundle's registry.
+func (s *Start) resolveImage(ctx context.Context, ref string) (preflight.ResolvedImage, error) {
+	l := s.opts.Layout
+	var in machine.Inspection
+	var err error
+	if c, cerr := s.image.Choose(ctx); cerr == nil && c.Bundle != nil && c.Ref == ref && !c.Bundle.Staged {
+		var img v1.Image
+		if img, err = c.Bundle.Remote(ctx); err == nil {
+			in, err = s.provisioner.InspectImage(ctx, l, img)
+		}
+	} else {
+		in, err = s.provisioner.Inspect(ctx, l, ref)
+	}
+	r := preflight.ResolvedImage{Digest: in.Digest, ByTag: in.ByTag, Repository: in.Repository, PlainHTTP: in.PlainHTTP,
+		Platform: in.Platform, WantPlatform: in.WantPlatform, Contract: len(in.Findings), Cached: in.Cached}
+	for _, f := range image.Misses(in.Findings) {
+		r.Misses = append(r.Misses, f.Item+": "+f.Detail)
+	}
+	return r, err
 }
 
 // preflight runs start's checks (preflight.StartChecks) with the source

@@ -9,8 +9,9 @@ import (
 )
 
 // ResetPhases are reset's phases: the agent service first (so nothing
-// restarts the machines), then both machines of the blue/green pair,
-// then every path start tracked.
+// restarts the machines), then both machines of the blue/green pair and
+// the layer cache they were made from (unless o.KeepImageCache), then
+// every path start tracked.
 func ResetPhases(o Options) []task.Phase {
 	o.setDefaults()
 	l := o.Layout
@@ -19,6 +20,7 @@ func ResetPhases(o Options) []task.Phase {
 	for _, name := range l.Machines() {
 		machines = append(machines, RemoveMachine(NewMachine(l, name, o.Exec), mgr))
 	}
+	machines = append(machines, RemoveLayerCache(l, o.KeepImageCache))
 	return []task.Phase{
 		{Name: "agent", Tasks: []task.Task{RemoveAgentService(l, mgr, o.Log)}},
 		{Name: "machines", Tasks: machines},

@@ -17,19 +17,25 @@ type saveState struct {
 	config     *config.Config
 	configFile string
 	configData []byte
+	image      *task.Output[ImageChoice]
 }
 
 // SaveState returns the task that records what start applied (state.Applied:
 // the config file and its digest, the prefix, the node and machine, the
-// worker image as configured and the digest it resolved to, the versions).
-func SaveState(h Host, m Machine, c *config.Config, configFile string, configData []byte) task.Task {
-	return &saveState{host: h, machine: m, config: c, configFile: configFile, configData: configData}
+// worker image provision-machine chose and the digest it resolved to, the
+// versions).
+func SaveState(h Host, m Machine, c *config.Config, configFile string, configData []byte, image *task.Output[ImageChoice]) task.Task {
+	return &saveState{host: h, machine: m, config: c, configFile: configFile, configData: configData, image: image}
 }
 
 func (t *saveState) Name() string { return "save-state" }
 
 func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 	l := t.host.Layout
+	img, err := t.image.Get()
+	if err != nil {
+		return task.Result{}, err
+	}
 	digest, _ := machine.ImageDigest(l, t.machine.Name)
 	dir := l.OnRoot(l.StateDir())
 	if err := t.host.track(l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256"); err != nil {
@@ -41,7 +47,7 @@ func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 		Prefix:            l.Prefix(),
 		NodeName:          t.config.Agent.NodeName,
 		Machine:           t.machine.Name,
-		Image:             t.config.Bootstrap.OCIImage,
+		Image:             img.Ref,
 		ImageDigest:       digest,
 		KubernetesVersion: t.config.Components.Kubernetes,
 		AgentVersion:      buildinfo.Version,

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -28,6 +30,8 @@ type Options struct {
 	ProcDir     string    // default /proc
 	Machine     string    // default the layout's active machine
 	JoinTimeout time.Duration
+	// KeepImageCache keeps the layer cache on reset.
+	KeepImageCache bool
 	// Lock is how long to wait for the node lock when another command
 	// holds it, and whom to tell; the zero value fails at once.
 	Lock nodelock.Wait
@@ -61,6 +65,7 @@ type Start struct {
 	machine     Machine
 	stager      *artifact.Stager
 	provisioner *machine.Provisioner
+	image       *WorkerImage
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -82,7 +87,8 @@ func NewStart(o Options) *Start {
 		Track:       tr.Add,
 		Log:         o.Log,
 	}
-	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP}
+	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
+	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	return s
 }
 
@@ -99,6 +105,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	components := task.NewOutput[bool]("install-node-components")
 	nodeConfig := task.NewOutput[bool]("write-node-config")
 	nspawnFiles := task.NewOutput[bool]("write-nspawn-files")
+	chosen := task.NewOutput[ImageChoice]("provision-machine")
 	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode, Binds: IdentityBinds(s.opts.Layout, c)}
 	return []task.Phase{
 		{Name: "stage", Tasks: []task.Task{
@@ -111,7 +118,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			DisableSwap(h),
 		}},
 		{Name: "machine", Tasks: []task.Task{
-			ProvisionMachine(h, m, s.provisioner, c.Bootstrap.OCIImage, s.opts.ConfigFile, s.opts.Log),
+			ProvisionMachine(h, m, s.provisioner, s.image, staged, chosen, s.opts.Log),
 			InstallNodeComponents(s.stager, staged, components),
 			SeedAgentSlots(h),
 			WriteIdentity(h, c),
@@ -125,7 +132,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			WaitNodeReady(m, c, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
 		}},
 		{Name: "finish", Tasks: []task.Task{
-			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData),
+			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen),
 			InstallAgentService(h, s.opts.Log),
 			WriteJoinedMarker(h, c.Agent.NodeName),
 		}},
@@ -157,7 +164,7 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	}
 	name := s.opts.Config.Agent.NodeName
 	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
-		s.progressf("machine %s runs worker image %s (%s)", s.machine.Name, s.opts.Config.Bootstrap.OCIImage, d)
+		s.progressf("machine %s runs worker image %s (%s, from %s)", s.machine.Name, s.image.Used().Ref, d, s.image.Used().Source)
 	}
 	// Bundle bytes hashed are counted, not estimated: a converged run
 	// should hash none (the bundle's verification record,

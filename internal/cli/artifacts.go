@@ -36,7 +36,7 @@ it to a registry with 'artifacts push', and check one with 'artifacts verify'.`,
 }
 
 func newArtifactsBuildCommand() *cobra.Command {
-	var spec, out, arch, from, legal string
+	var spec, out, arch, from, legal, worker string
 	var plainHTTP bool
 	cmd := &cobra.Command{
 		Use:   "build --manifest M --output-dir D",
@@ -54,6 +54,13 @@ upstream checksum file, and image archives are pulled from their references.
 --legal-files-dir L (default: none) ships L's LICENSE (required) and its
 NOTICE/THIRD_PARTY_NOTICES files (optional: their absence is a note) under
 legal/, listed in the manifest with checksums.
+
+--worker-image W carries the worker image in the bundle under images/worker/
+(an OCI image layout of that one image for the bundle's arch, with the image
+build's lock file and SBOM when W has them), named by digest in the
+manifest's workerImage; start uses it when bootstrap.ociImage is empty. W is
+an 'image build' output dir or any OCI layout holding one image, or
+oci-layout:///dir:tag.
 
 The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 2 bad usage or an invalid spec.`,
@@ -78,13 +85,17 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 			reg := artifact.Registry{PlainHTTP: plainHTTP}
 			m, err := artifact.Build(cmd.Context(), artifact.BuildOptions{
 				Spec: s, Arch: arch, OutputDir: out, FromDir: from, LegalDir: legal,
-				PullImage: reg.PullImageArchive,
-				Note:      func(n string) { fmt.Fprintln(cmd.ErrOrStderr(), n) },
+				PullImage: reg.PullImageArchive, WorkerImage: worker,
+				Note: func(n string) { fmt.Fprintln(cmd.ErrOrStderr(), n) },
 			})
 			if err != nil {
 				return fmt.Errorf("artifacts build: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "built %s: kubernetes %s %s, %d files, %d images, %d legal files\n", out, m.Components.Kubernetes, m.Arch, len(m.Files), len(m.Images), len(m.Legal))
+			wi := ""
+			if m.WorkerImage != nil {
+				wi = ", worker image " + m.WorkerImage.Digest
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "built %s: kubernetes %s %s, %d files, %d images, %d legal files%s\n", out, m.Components.Kubernetes, m.Arch, len(m.Files), len(m.Images), len(m.Legal), wi)
 			return nil
 		},
 	}
@@ -93,6 +104,7 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 	f.StringVar(&out, "output-dir", "", "where to write the bundle (absent or empty)")
 	f.StringVar(&arch, "arch", "", "amd64 or arm64 (default: the spec's arch, else this host's)")
 	f.StringVar(&from, "from-dir", "", "local source tree with the bundle's paths (default: download from upstream)")
+	f.StringVar(&worker, "worker-image", "", "worker image to carry under images/worker/: an OCI layout dir (an 'image build' output) or oci-layout:///dir:tag")
 	f.StringVar(&legal, "legal-files-dir", "", "directory with LICENSE (required) and NOTICE files (optional) to ship; empty ships none")
 	f.BoolVar(&plainHTTP, "plain-http", false, "allow plain HTTP to a non-loopback registry when pulling image archives")
 	return cmd

@@ -111,6 +111,7 @@ Agent-owned files live under the install prefix declared in the config
 		newPreflightCommand(),
 		newIgnitionCommand(),
 		newArtifactsCommand(),
+		newImageCommand(),
 		newAgentUpgradeCommand(),
 		newStatusCommand(),
 		newTokenCommand(),

@@ -97,6 +97,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 
 func newResetCommand() *cobra.Command {
 	var path string
+	var keepCache bool
 	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "reset",
@@ -108,7 +109,11 @@ the staged bundles and the logs; everything start created is tracked, so
 exactly that is removed. The agent binary stays, with its upgrade slots,
 links and recovery script (uninstall.sh removes them). Safe to run twice and
 after a half-finished start. The layout comes from --config; an absent config
-selects the default layout. reset holds the node lock, as start does.`,
+selects the default layout. reset holds the node lock, as start does.
+
+The worker image's unpacked layers (the layer cache machines are made from)
+are removed too, unless --keep-image-cache: then the next start makes the
+machine from them in under a second.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -120,7 +125,7 @@ selects the default layout. reset holds the node lock, as start does.`,
 				}
 				return err
 			}
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, Lock: lockWait(cmd, l, lockTimeout)})
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, Lock: lockWait(cmd, l, lockTimeout), KeepImageCache: keepCache})
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
@@ -129,6 +134,7 @@ selects the default layout. reset holds the node lock, as start does.`,
 		},
 	}
 	addConfigFlag(cmd, &path)
+	cmd.Flags().BoolVar(&keepCache, "keep-image-cache", false, "keep the worker image's unpacked layers for the next start")
 	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }

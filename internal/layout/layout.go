@@ -43,6 +43,8 @@ const (
 	// MachineDropInName is the drop-in the agent owns for each
 	// systemd-nspawn@<machine>.service.
 	MachineDropInName = "aks-flex-node.conf"
+	// LayerCacheName is the layer cache's directory in the machines dir.
+	LayerCacheName = ".aks-flex-node-layers"
 )
 
 const (
@@ -227,6 +229,14 @@ func (l Layout) MachinesDir() string { return machinesDir }
 
 // MachineDir is the rootfs of machine name.
 func (l Layout) MachineDir(name string) string { return machinesDir + "/" + name }
+
+// LayerCacheDir holds the worker image's layers, unpacked and keyed by
+// diff ID, that machine rootfs are made from. It is below the machines
+// dir rather than the state dir: a rootfs is made from it with hard links
+// (or reflinks), which need the cache and the rootfs on one mount, and
+// /var/lib/machines is often a mount of its own. The leading dot keeps it
+// out of machinectl list-images.
+func (l Layout) LayerCacheDir() string { return machinesDir + "/" + LayerCacheName }
 
 // Machines are the two sides of the blue/green pair, the first-provisioned
 // side first.

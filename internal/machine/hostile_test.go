@@ -122,8 +122,8 @@ func TestProvisionUnverifiedLayerActsOnNothing(t *testing.T) {
 	if exists(Dir(at(root), "kube1")) {
 		t.Error("unverified image swapped in")
 	}
-	if entries, _ := os.ReadDir(at(root).OnRoot(at(root).MachinesDir())); len(entries) != 0 {
-		t.Errorf("temp tree left behind: %v", entries)
+	if got := machinesDirEntries(t, root); len(got) != 0 {
+		t.Errorf("temp tree left behind: %v", got)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -90,7 +91,7 @@ func (p *Provisioner) Provision(ctx context.Context, l aflayout.Layout, name, im
 	}
 	img, digest, err := p.resolve(ctx, l.Root(), imageRef)
 	if err != nil {
-		return task.Result{}, fmt.Errorf("resolve image %s: %w", imageRef, err)
+		return task.Result{}, fmt.Errorf("resolve image %s: %w", imageRef, explainAuth(imageRef, err))
 	}
 	target := Dir(l, name)
 	rec := recordPath(l, name)
@@ -107,27 +108,71 @@ func (p *Provisioner) Provision(ctx context.Context, l aflayout.Layout, name, im
 	if err := removeLeftovers(l, name); err != nil {
 		return task.Result{}, err
 	}
-	tmp, err := os.MkdirTemp(machines, "."+name+".tmp-")
+	cache := newLayerCache(l, log)
+	var made string
+	for attempt := 0; ; attempt++ {
+		made, err = p.makeRootfs(ctx, cache, machines, name, target, img, digest)
+		var changed *errCacheChanged
+		if err == nil || !errors.As(err, &changed) || attempt > 0 {
+			break
+		}
+		// A shared file was written in place since it was cached: the
+		// entry is not the layer any more. Extract it again.
+		log.Warn("cached layer changed since it was extracted; extracting it again", "diffID", changed.entry.DiffID, "path", changed.path)
+		if err := os.RemoveAll(changed.entry.dir); err != nil {
+			return task.Result{}, err
+		}
+	}
 	if err != nil {
-		return task.Result{}, err
-	}
-	defer os.RemoveAll(tmp) // a no-op once renamed into place
-	// A rootfs "/" must be traversable by every user in the machine;
-	// MkdirTemp makes it 0700. The image's own "./" entry, if any, wins.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return task.Result{}, err
-	}
-	n, err := unpack(ctx, img, digest, tmp, log)
-	if err != nil {
-		return task.Result{}, fmt.Errorf("unpack %s (%s) into %s: %w", imageRef, digest, tmp, err)
-	}
-	if err := swapIn(machines, name, tmp, target); err != nil {
-		return task.Result{}, err
+		return task.Result{}, fmt.Errorf("make %s from %s (%s): %w", target, imageRef, digest, err)
 	}
 	if _, err := fsutil.WriteFile(rec, []byte(digest.String()+"\n"), 0o644); err != nil {
 		return task.Result{}, fmt.Errorf("record image digest: %w", err)
 	}
-	return task.Result{Changed: true, Detail: fmt.Sprintf("unpacked %s (%s, %d layers) into %s", imageRef, digest, n, target)}, nil
+	if err := cache.gc(l, MaxLayerCacheBytes); err != nil {
+		log.Warn("layer cache cleanup failed", "dir", cache.dir, "err", err)
+	}
+	return task.Result{Changed: true, Detail: fmt.Sprintf("made %s from %s (%s): %s", target, imageRef, digest, made)}, nil
+}
+
+// makeRootfs makes target the rootfs of img from the layer cache,
+// extracting the layers it lacks, and records the layers it was made
+// from. The tree is made next to target and swapped in with renames.
+func (p *Provisioner) makeRootfs(ctx context.Context, cache *layerCache, machines, name, target string, img v1.Image, digest v1.Hash) (string, error) {
+	start := time.Now()
+	entries, extracted, err := cachedLayers(ctx, cache, img, digest)
+	if err != nil {
+		return "", err
+	}
+	extractTook := time.Since(start)
+	tmp, err := os.MkdirTemp(machines, "."+name+".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed into place
+	// A rootfs "/" must be traversable by every user in the machine;
+	// MkdirTemp makes it 0700.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	t1 := time.Now()
+	mode, n, err := materialize(machines, tmp, entries, p.linkMode)
+	if err != nil {
+		return "", err
+	}
+	if err := swapIn(machines, name, tmp, target); err != nil {
+		return "", err
+	}
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.DiffID)
+	}
+	l := cache.layout
+	if _, err := fsutil.WriteFile(layersRecord(l, name), []byte(strings.Join(ids, "\n")+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d layers (%d extracted in %s, %d cached), %d entries by %s in %s",
+		len(entries), extracted, extractTook.Round(time.Millisecond), len(entries)-extracted, n, mode, time.Since(t1).Round(time.Millisecond)), nil
 }
 
 // ImageDigest returns the digest Dir(l, name) was last unpacked from,
@@ -206,51 +251,68 @@ func sha256Hash(b []byte) v1.Hash {
 	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
 }
 
-// unpack extracts img into dir after checking the chain of digests:
-// manifest bytes against digest, config bytes against the manifest, and
-// each layer's uncompressed stream against the config's diff IDs. A
-// mismatch fails the unpack; the temp dir is thrown away by the caller.
-func unpack(ctx context.Context, img v1.Image, digest v1.Hash, dir string, log *slog.Logger) (int, error) {
+// cachedLayers returns img's layers from the cache, extracting the ones
+// it lacks, after checking the chain of digests: manifest bytes against
+// digest, config bytes against the manifest; each layer's uncompressed
+// stream is checked against the config's diff ID as it is extracted
+// (extractLayer). It returns the entries, bottom layer first, and how
+// many were extracted.
+func cachedLayers(ctx context.Context, cache *layerCache, img v1.Image, digest v1.Hash) ([]*cacheEntry, int, error) {
 	raw, err := img.RawManifest()
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if got := sha256Hash(raw); got != digest {
-		return 0, fmt.Errorf("manifest hashes to %s, want %s", got, digest)
+		return nil, 0, fmt.Errorf("manifest hashes to %s, want %s", got, digest)
 	}
 	m, err := img.Manifest()
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	rawCfg, err := img.RawConfigFile()
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if got := sha256Hash(rawCfg); got != m.Config.Digest {
-		return 0, fmt.Errorf("config hashes to %s, manifest says %s", got, m.Config.Digest)
+		return nil, 0, fmt.Errorf("config hashes to %s, manifest says %s", got, m.Config.Digest)
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if len(layers) != len(cfg.RootFS.DiffIDs) {
-		return 0, fmt.Errorf("manifest has %d layers, config lists %d diff IDs", len(layers), len(cfg.RootFS.DiffIDs))
+		return nil, 0, fmt.Errorf("manifest has %d layers, config lists %d diff IDs", len(layers), len(cfg.RootFS.DiffIDs))
 	}
+	var out []*cacheEntry
+	extracted := 0
 	for i, l := range layers {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return nil, 0, err
 		}
-		ld, _ := l.Digest()
-		if err := extractLayer(l, cfg.RootFS.DiffIDs[i], dir); err != nil {
-			return 0, fmt.Errorf("layer %d (%s): %w", i, ld, err)
+		diffID := cfg.RootFS.DiffIDs[i]
+		if diffID.Algorithm != "sha256" {
+			return nil, 0, fmt.Errorf("layer %d: unsupported diff ID algorithm %q", i, diffID.Algorithm)
 		}
-		log.Debug("layer unpacked", "layer", i, "digest", ld.String())
+		e, err := cache.get(diffID)
+		if err != nil {
+			return nil, 0, err
+		}
+		if e == nil {
+			ld, _ := l.Digest()
+			if e, err = cache.fill(l, diffID); err != nil {
+				return nil, 0, fmt.Errorf("layer %d (%s): %w", i, ld, err)
+			}
+			cache.log.Debug("layer extracted into the cache", "layer", i, "digest", ld.String(), "diffID", diffID.String())
+			extracted++
+		}
+		e.touch()
+		out = append(out, e)
 	}
-	return len(layers), nil
+	return out, extracted, nil
 }
 
 // extractLayer extracts layer l into dir, hashing its uncompressed stream
@@ -263,6 +325,13 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, dir string, log *
 // extraction is confined to dir (fsutil.ExtractTar), so what an
 // unverified stream can do is limited to that tree.
 func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
+	return extractLayerTo(l, diffID, dir, true)
+}
+
+// extractLayerTo is extractLayer; without whiteouts, .wh. entries are
+// kept as files (a cached layer, whose whiteouts apply when a rootfs is
+// made from it).
+func extractLayerTo(l v1.Layer, diffID v1.Hash, dir string, whiteouts bool) error {
 	if diffID.Algorithm != "sha256" {
 		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
 	}
@@ -287,7 +356,7 @@ func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
 		}
 		return nil
 	}
-	return fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: true, Devices: true, Verify: verify})
+	return fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: whiteouts, Devices: true, Verify: verify})
 }
 
 func hexOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }

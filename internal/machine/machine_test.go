@@ -170,9 +170,10 @@ func TestProvisionFromOCILayout(t *testing.T) {
 	if got, _ := ImageDigest(at(root), "kube1"); got != d2.String() {
 		t.Errorf("record %q, want %s", got, d2)
 	}
-	entries, _ := os.ReadDir(at(root).OnRoot(at(root).MachinesDir()))
-	if len(entries) != 1 {
-		t.Errorf("leftovers in machines dir: %v", entries)
+	for _, e := range machinesDirEntries(t, root) {
+		if e != "kube1" && (!strings.HasPrefix(e, "cache/") || len(e) != len("cache/")+64) {
+			t.Errorf("leftover in machines dir: %s", e)
+		}
 	}
 
 	// By digest works too.
@@ -212,9 +213,8 @@ func TestProvisionRejectsTamperedLayer(t *testing.T) {
 	if exists(Dir(at(root), "kube1")) {
 		t.Error("tampered image was swapped in")
 	}
-	entries, _ := os.ReadDir(at(root).OnRoot(at(root).MachinesDir()))
-	if len(entries) != 0 {
-		t.Errorf("temp dir left behind: %v", entries)
+	if got := machinesDirEntries(t, root); len(got) != 0 {
+		t.Errorf("temp dir left behind: %v", got)
 	}
 }
 
@@ -266,4 +266,25 @@ func at(root string) aflayout.Layout {
 		panic(err)
 	}
 	return l
+}
+
+// machinesDirEntries lists the machines dir, and the layer cache's
+// entries in it as cache/<name>: a failed provision leaves neither a temp
+// tree nor a cache entry behind.
+func machinesDirEntries(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	dir := at(root).OnRoot(at(root).MachinesDir())
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		if de.Name() != aflayout.LayerCacheName {
+			out = append(out, de.Name())
+			continue
+		}
+		cs, _ := os.ReadDir(filepath.Join(dir, de.Name()))
+		for _, c := range cs {
+			out = append(out, "cache/"+c.Name())
+		}
+	}
+	return out
 }

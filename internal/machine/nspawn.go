@@ -194,7 +194,7 @@ func Remove(l aflayout.Layout, name string) (changed bool, err error) {
 		changed = true
 	}
 	dropIn := l.OnRoot(l.MachineDropIn(name))
-	for _, p := range []string{l.OnRoot(l.NspawnFile(name)), dropIn, recordPath(l, name)} {
+	for _, p := range []string{l.OnRoot(l.NspawnFile(name)), dropIn, recordPath(l, name), layersRecord(l, name)} {
 		removed, err := fsutil.RemoveIfExists(p)
 		if err != nil {
 			return changed, fmt.Errorf("remove %s: %w", p, err)

@@ -43,6 +43,10 @@ type Provisioner struct {
 	// Platform selects from a multi-platform index; zero means
 	// linux/runtime.GOARCH.
 	Platform v1.Platform
+	// linkMode is the first way of making a rootfs from the layer cache
+	// that is tried (materialize.go); zero is reflink. Benchmarks and
+	// tests set it.
+	linkMode linkMode
 
 	mu       sync.Mutex
 	resolved map[string]resolvedImage // by reference (and root, for a layout)

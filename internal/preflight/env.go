@@ -63,9 +63,14 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
-	// ResolveImage, when set, resolves bootstrap.ociImage to its manifest
-	// digest under the transport policy, fetching only the manifest: the
-	// worker-image check's probe. A layout dir is opened under Root.
+	// ChooseImage, when set, says which worker image start will use and
+	// where it comes from (bootstrap.ociImage, the offline bundle, or
+	// upstream's default); nil means bootstrap.ociImage as configured.
+	ChooseImage func(ctx context.Context) (ref, source string, err error)
+	// ResolveImage, when set, resolves the worker image to its manifest
+	// digest under the transport policy and checks its platform and the
+	// worker image contract, writing nothing: the worker-image check's
+	// probe. A layout dir is opened under Root.
 	ResolveImage func(ctx context.Context, ref string) (ResolvedImage, error)
 
 	// FetchToken gets a token for an identity; nil asks its endpoint

@@ -39,6 +39,13 @@ func TestWorkerImage(t *testing.T) {
 			SeverityError, []string{"sends the download to plain HTTP on blobs.example:80"}},
 		{"unreachable", "registry.example/aks/node:v1", ResolvedImage{}, errors.New("dial tcp: connection refused"),
 			SeverityError, []string{"connection refused", "reachable"}},
+		{"wrong arch", "registry.example/aks/node@" + testDigest, ResolvedImage{Digest: testDigest, Platform: "linux/arm64", WantPlatform: "linux/amd64"}, nil,
+			SeverityError, []string{"is for linux/arm64; this host runs linux/amd64", "image build --arch"}},
+		{"contract miss", "registry.example/aks/node@" + testDigest, ResolvedImage{Digest: testDigest, Platform: "linux/amd64", WantPlatform: "linux/amd64", Contract: 12,
+			Misses: []string{"iptables: none of iptables, nft in /usr/sbin"}}, nil,
+			SeverityError, []string{"does not meet the worker image contract: iptables: none of iptables, nft", "image build --spec examples/worker-image/bookworm.json"}},
+		{"contract met", "registry.example/aks/node@" + testDigest, ResolvedImage{Digest: testDigest, Platform: "linux/amd64", WantPlatform: "linux/amd64", Contract: 12, Cached: true}, nil,
+			SeverityOK, []string{"meets the worker image contract (12 items, checked on the cached layers)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHost(t)
@@ -65,4 +72,25 @@ func TestWorkerImageWithoutResolver(t *testing.T) {
 	h := newHost(t)
 	h.set("bootstrap.ociImage", "registry.example/aks/node:v1")
 	want(t, h.run(NameWorkerImage), SeverityOK, "resolved when the machine is provisioned")
+}
+
+// The image start would choose when bootstrap.ociImage is empty is the
+// one checked, and the message says where it came from.
+func TestWorkerImageChosen(t *testing.T) {
+	h := newHost(t)
+	env := h.env()
+	env.ChooseImage = func(context.Context) (string, string, error) {
+		return "oci-layout:///b/images/worker@" + testDigest, "the offline bundle", nil
+	}
+	var asked string
+	env.ResolveImage = func(_ context.Context, ref string) (ResolvedImage, error) {
+		asked = ref
+		return ResolvedImage{Digest: testDigest, Platform: "linux/amd64", WantPlatform: "linux/amd64", Contract: 12}, nil
+	}
+	want(t, runNamed(t, env, NameWorkerImage), SeverityOK, "(from the offline bundle) resolves to "+testDigest)
+	if asked != "oci-layout:///b/images/worker@"+testDigest {
+		t.Errorf("resolved %q", asked)
+	}
+	env.ChooseImage = func(context.Context) (string, string, error) { return "", "", errors.New("bundle unreachable") }
+	want(t, runNamed(t, env, NameWorkerImage), SeverityError, "worker image: bundle unreachable")
 }

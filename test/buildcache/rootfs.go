@@ -76,3 +76,28 @@ func (r Rootfs) Debootstrap(ctx context.Context, logf Logf, out, logPath string)
 	logf.Printf("  debootstrap of %s done in %s", out, time.Since(start).Round(time.Second))
 	return logFile.Close()
 }
+
+// AptMirror returns the archive this machine's apt is configured to fetch
+// suite's main component from (build-rootfs.sh --print-mirror, which
+// honours ROOTFS_MIRROR), failing with the source files it read when none
+// serves the suite. No mirror is written in this repository.
+func AptMirror(ctx context.Context, suite string) (string, error) {
+	dir, err := os.MkdirTemp("", "build-rootfs-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "build-rootfs.sh")
+	if err := os.WriteFile(script, rootfsScript, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "/bin/bash", script, "--print-mirror")
+	cmd.Env = append(os.Environ(), "ROOTFS_SUITE="+suite)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("apt mirror for %s: %w: %s", suite, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}

@@ -96,6 +96,10 @@ func testConfig(t *testing.T, prefix string) []byte {
 			"clusterFQDN": "127.0.0.1:6443",
 			"caCertData":  base64.StdEncoding.EncodeToString(ca),
 		}},
+		// A worker image that is not there: without one, start would
+		// take upstream's published image, and no test may reach its
+		// registry. Tests that need an image set their own.
+		"bootstrap": map[string]any{"ociImage": "oci-layout:///var/lib/aks-flex-node-test/no-worker-image:none"},
 	}, "", "  ")
 	if err != nil {
 		t.Fatal(err)

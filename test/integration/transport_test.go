@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/Azure/aks-flex-node/test/aclhost"
@@ -176,8 +176,7 @@ func TestStartRefusesPlainHTTPRegistryOnACLHost(t *testing.T) {
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	push := httptest.NewServer(reg)
 	defer push.Close()
-	img, err := random.Image(512, 1)
-	must(t, err)
+	img := contractImage(t, runtime.GOARCH)
 	pr, err := name.ParseReference(strings.TrimPrefix(push.URL, "http://")+"/aks/worker:v1", name.Insecure)
 	must(t, err)
 	must(t, remote.Write(pr, img))

@@ -126,7 +126,6 @@ func (e *env) crash(t *testing.T) {
 func (e *env) bootCrashHost(t *testing.T, agent string) *aclhost.Host {
 	h := aclhost.MustStart(t, aclhost.Options{Variant: crashScenario.variant, Name: crashScenario.name, NetNS: e.net.NS, ExtraArgs: []string{
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
-		"--bind-ro=" + e.layoutDir + ":/var/lib/aks-flex-node-test/worker",
 	}})
 	must := func(err error) {
 		t.Helper()

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 // What a crash may leave half-written: every host tree the agent writes,
@@ -228,14 +230,17 @@ func checkOldOrNew(t *testing.T, kind string, beforeSnap, finalSnap crashSnap, s
 }
 
 // dotRecord names the dot-named files that are not temp files: the
-// staged bundle's record of where it came from, and systemd's lock on a
-// running machine's image. Every other dot-named file a chain leaves is a
+// staged bundle's record of where it came from, systemd's lock on a
+// running machine's image, and the worker image's layer cache (dot-named
+// so that machinectl does not list it as an image; start keeps it so the
+// next machine is made without extracting anything). Every other dot-named file a chain leaves is a
 // writer's temp file (renameio's .<name><digits>, .<name>.tmp-*,
 // .candidate-*, a temp rootfs .<machine>.tmp-*).
 func dotRecord(p string) bool {
 	base := path.Base(p)
 	return base == ".pulled-from" && strings.HasPrefix(p, "/var/lib/aks-flex-node/bundles/") ||
-		strings.HasPrefix(base, ".#") && strings.HasSuffix(base, ".lck") && path.Dir(p) == machinesDir
+		strings.HasPrefix(base, ".#") && strings.HasSuffix(base, ".lck") && path.Dir(p) == machinesDir ||
+		base == layout.LayerCacheName && path.Dir(p) == machinesDir
 }
 
 func sortedPaths(t crashTree) []string {

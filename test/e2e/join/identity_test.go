@@ -71,7 +71,7 @@ func (e *env) bootstrapTokenConfig(t *testing.T, sc scenario) []byte {
 	}
 	generated := filepath.Join(dir, "config.json")
 	args := []string{"config", "generate", "--kubeconfig", kubeconfig, "--auth", "bootstrap-token", "--token-file", tokenFile,
-		"--node-name", sc.nodeName, "--oci-image", "oci-layout:///var/lib/aks-flex-node-test/worker:" + workerTag(), "--offline-artifacts", e.source(sc), "--output", generated}
+		"--node-name", sc.nodeName, "--offline-artifacts", e.source(sc), "--output", generated}
 	if sc.prefix != "" {
 		args = append(args, "--host-prefix", sc.prefix)
 	}

@@ -58,9 +58,10 @@ func startRegistry(t *testing.T, netns string) *siteRegistry {
 
 // publishBundle rebuilds the fixture bundle with the product's CLI
 // (`artifacts build --from-dir`, the fixture bundle is laid out like the
-// upstream tree) and pushes it with `artifacts push`. It returns the built
-// bundle's directory.
-func publishBundle(t *testing.T, agent string, fixtureBundle string, m fixtures.Manifest, reg *siteRegistry) string {
+// upstream tree), carrying the worker image in workerLayout (`--worker-image`),
+// and pushes it with `artifacts push`. It returns the built bundle's
+// directory.
+func publishBundle(t *testing.T, agent, fixtureBundle, workerLayout string, m fixtures.Manifest, reg *siteRegistry) string {
 	t.Helper()
 	work := t.TempDir()
 	spec, err := json.MarshalIndent(fixtures.BuildSpec(m), "", "  ")
@@ -82,7 +83,7 @@ func publishBundle(t *testing.T, agent string, fixtureBundle string, m fixtures.
 		t.Logf("aks-flex-node %s (%v): %s", args[1], time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(b)))
 		return string(b)
 	}
-	cli("artifacts", "build", "--manifest", specPath, "--from-dir", fixtureBundle, "--output-dir", out)
+	cli("artifacts", "build", "--manifest", specPath, "--from-dir", fixtureBundle, "--worker-image", workerLayout, "--output-dir", out)
 	cli("artifacts", "push", "--dir", out, "oci://"+reg.Outer+"/"+bundleRepo+":k8s-"+m.Components.Kubernetes)
 
 	// A bundle with one byte of kubelet changed fails `artifacts verify`,
