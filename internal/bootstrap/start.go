@@ -27,6 +27,8 @@ type Options struct {
 	ProcDir     string    // default /proc
 	Machine     string    // default the layout's active machine
 	JoinTimeout time.Duration
+	// Now is the clock durations are measured with; nil means time.Now.
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -38,6 +40,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Machine == "" {
 		o.Machine = layout.MachineBlue
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 }
 
@@ -115,7 +120,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, s.opts.JoinTimeout),
-			WaitNodeReady(m, c.Agent.NodeName, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
+			WaitNodeReady(m, c.Agent.NodeName, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData),
@@ -128,7 +133,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 // Run runs start: the preflight phase, which refuses (a *RefusedError)
 // before anything on the host changes, then the phases of tasks.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
-	start := time.Now()
+	start := s.opts.Now()
 	if err := s.preflight(ctx, pf); err != nil {
 		return false, err
 	}
@@ -136,8 +141,14 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	if err != nil {
 		return false, fmt.Errorf("detect cgroup mode: %w", err)
 	}
-	r := &task.Runner{Log: s.opts.Log, Starting: func(name string) { s.progressf("%s ...", name) }}
-	changed, err = r.Phases(ctx, s.Phases(mode)...)
+	return s.runPhases(ctx, s.Phases(mode), start)
+}
+
+// runPhases runs start's phases after preflight, with what the run shows
+// along the way and at the end; start is when the run began.
+func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.Time) (changed bool, err error) {
+	r := &task.Runner{Log: s.opts.Log, Now: s.opts.Now, Starting: func(name string) { s.progressf("%s ...", name) }}
+	changed, err = r.Phases(ctx, phases...)
 	if err != nil {
 		return changed, err
 	}
@@ -145,13 +156,17 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
 		s.progressf("machine %s runs worker image %s (%s)", s.machine.Name, s.opts.Config.Bootstrap.OCIImage, d)
 	}
+	took := s.opts.Now().Sub(start).Round(time.Millisecond)
 	if changed {
-		s.progressf("node %s joined in %v", name, time.Since(start).Round(time.Millisecond))
+		s.progressf("node %s joined in %v", name, took)
 	} else {
-		s.progressf("node %s already joined: nothing changed (%v)", name, time.Since(start).Round(time.Millisecond))
+		s.progressf("node %s already joined: nothing changed (%v)", name, took)
 	}
 	return changed, nil
 }
+
+// nodeProgress is told each new state wait-node-ready sees.
+func (s *Start) nodeProgress(state string) { s.progressf("  %s", state) }
 
 func (s *Start) progressf(format string, args ...any) {
 	if s.opts.Progress != nil {
