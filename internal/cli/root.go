@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-		"strings"
+	"strings"
 
 	"github.com/spf13/cobra"
 
