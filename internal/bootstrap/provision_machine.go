@@ -37,5 +37,6 @@ func (t *provisionMachine) Do(ctx context.Context) (task.Result, error) {
 	if err := t.host.track(l.MachineDir(t.machine.Name), l.MachineStateDir()); err != nil {
 		return task.Result{}, err
 	}
+	task.Wait(ctx, "worker image "+t.image+" to be unpacked into machine "+t.machine.Name)
 	return t.provisioner.Provision(ctx, l, t.machine.Name, t.image, t.log)
 }

@@ -31,7 +31,7 @@ func ResetPhases(o Options) []task.Phase {
 // stays; uninstall.sh removes it.
 func Reset(ctx context.Context, o Options) (bool, error) {
 	o.setDefaults()
-	r := &task.Runner{Log: o.Log, Now: o.Now}
+	r := &task.Runner{Log: o.Log, Now: o.Now, Observer: o.Observer}
 	changed, err := r.Phases(ctx, ResetPhases(o)...)
 	if mgr := systemd.NewManager(o.Layout.Root()); err == nil && changed && mgr.Live() {
 		err = mgr.DaemonReload(ctx)

@@ -22,7 +22,11 @@ type Options struct {
 	ConfigFile  string         // host path
 	ConfigData  []byte
 	Log         *slog.Logger
-	Progress    io.Writer // terminal progress; nil for none
+	Progress    io.Writer // the command's own lines; nil for none
+	// Observer, when set, is told each task as it runs (a display on a
+	// terminal, see internal/progress): it replaces the "[start] <task>
+	// ..." lines, and the waits report to it.
+	Observer task.Observer
 	Exec        Runner    // host commands; nil runs them for real
 	ProcDir     string    // default /proc
 	Machine     string    // default the layout's active machine
@@ -134,6 +138,9 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 // before anything on the host changes, then the phases of tasks.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
 	start := s.opts.Now()
+	if s.opts.Observer != nil {
+		ctx = task.WithObserver(ctx, s.opts.Observer)
+	}
 	if err := s.preflight(ctx, pf); err != nil {
 		return false, err
 	}
@@ -147,7 +154,10 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 // runPhases runs start's phases after preflight, with what the run shows
 // along the way and at the end; start is when the run began.
 func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.Time) (changed bool, err error) {
-	r := &task.Runner{Log: s.opts.Log, Now: s.opts.Now, Starting: func(name string) { s.progressf("%s ...", name) }}
+	r := &task.Runner{Log: s.opts.Log, Now: s.opts.Now, Observer: s.opts.Observer}
+	if s.opts.Observer == nil {
+		r.Starting = func(name string) { s.progressf("%s ...", name) }
+	}
 	changed, err = r.Phases(ctx, phases...)
 	if err != nil {
 		return changed, err
@@ -165,8 +175,15 @@ func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.T
 	return changed, nil
 }
 
-// nodeProgress is told each new state wait-node-ready sees.
-func (s *Start) nodeProgress(state string) { s.progressf("  %s", state) }
+// nodeProgress is told each new state wait-node-ready sees: a line of its
+// own, or on a display what the wait waits for.
+func (s *Start) nodeProgress(state string) {
+	if w, ok := s.opts.Observer.(task.Waiter); ok {
+		w.Waiting(fmt.Sprintf("Node %s to be Ready (%s)", s.opts.Config.Agent.NodeName, state))
+		return
+	}
+	s.progressf("  %s", state)
+}
 
 func (s *Start) progressf(format string, args ...any) {
 	if s.opts.Progress != nil {

@@ -34,6 +34,7 @@ func (t *waitTLSBootstrap) Name() string { return "wait-tls-bootstrap" }
 
 func (t *waitTLSBootstrap) Do(ctx context.Context) (task.Result, error) {
 	cert := filepath.Join(t.machine.Root(), kubeletClientCert)
+	task.Wait(ctx, "the kubelet's TLS bootstrap in machine "+t.machine.Name+" (its CSR approved, "+kubeletClientCert+" written)")
 	if err := waitFile(ctx, cert, 250*time.Millisecond, t.timeout); err != nil {
 		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, kubeletClientCert, err, t.machine.logHint("kubelet"))
 	}

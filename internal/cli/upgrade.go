@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/progress"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
@@ -50,9 +51,11 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 			if err != nil {
 				return invalid(err)
 			}
+			con := progress.NewConsole("agent-upgrade", cmd.OutOrStdout(), cmd.ErrOrStderr(), 0, output == "json")
 			o.Manager = systemd.NewManager("/")
-			o.Log = log
+			o.Log, o.Observer = con.Log, con.Observer
 			out, err := upgrade.Run(cmd.Context(), l, o)
+			con.Finish(err)
 			var re *upgrade.RefusedError
 			if errors.As(err, &re) {
 				return invalid(err)

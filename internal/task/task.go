@@ -47,6 +47,10 @@ type Runner struct {
 	// Now is the clock durations are measured with; nil means time.Now.
 	// Tests fix it so that output can be compared byte for byte.
 	Now func() time.Time
+	// Observer, when set, is told each phase and task as it starts and
+	// ends (a display on a terminal, the metrics store); the tasks it
+	// runs reach it through their context with Wait.
+	Observer Observer
 }
 
 func (r *Runner) now() time.Time {
@@ -62,9 +66,16 @@ func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
 	if r.Starting != nil {
 		r.Starting(t.Name())
 	}
+	if r.Observer != nil {
+		r.Observer.TaskStarted(t.Name())
+		ctx = WithObserver(ctx, r.Observer)
+	}
 	start := r.now()
 	res, err := t.Do(ctx)
 	d := r.now().Sub(start)
+	if r.Observer != nil {
+		r.Observer.TaskDone(t.Name(), res, err, d)
+	}
 	status := "ok"
 	if err != nil {
 		status = "failed"
@@ -119,6 +130,9 @@ func (p Phase) Names() []string {
 // same whichever phase the task is in.
 func (r *Runner) Phases(ctx context.Context, phases ...Phase) (changed bool, err error) {
 	for _, p := range phases {
+		if r.Observer != nil {
+			r.Observer.PhaseStarted(p.Name)
+		}
 		start := r.now()
 		c, err := r.Serial(ctx, p.Tasks...)
 		changed = changed || c

@@ -40,6 +40,9 @@ type Options struct {
 	Deadline       time.Duration
 	Manager        *systemd.Manager
 	Log            *slog.Logger
+	// Observer, when set, is told each step as it runs (a display on a
+	// terminal); the wait for the outcome reports to it too.
+	Observer task.Observer
 }
 
 // Plan is what an upgrade does (or, with --preflight, would do).
@@ -98,7 +101,10 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &task.Runner{Log: o.Log}
+	r := &task.Runner{Log: o.Log, Observer: o.Observer}
+	if o.Observer != nil {
+		ctx = task.WithObserver(ctx, o.Observer)
+	}
 	cand := task.NewOutput[candidate](StepVerified)
 	tested := task.NewOutput[buildinfo.Info](StepTested)
 	// The staged candidate is gone after the rename into its slot; this
