@@ -17,19 +17,19 @@ import (
 
 // Options are the inputs of one start or reset.
 type Options struct {
-	Layout      layout.Layout
-	Config      *config.Config // start only
-	ConfigFile  string         // host path
-	ConfigData  []byte
-	Log         *slog.Logger
-	Progress    io.Writer // the command's own lines; nil for none
+	Layout     layout.Layout
+	Config     *config.Config // start only
+	ConfigFile string         // host path
+	ConfigData []byte
+	Log        *slog.Logger
+	Progress   io.Writer // the command's own lines; nil for none
 	// Observer, when set, is told each task as it runs (a display on a
 	// terminal, see internal/progress): it replaces the "[start] <task>
 	// ..." lines, and the waits report to it.
-	Observer task.Observer
-	Exec        Runner    // host commands; nil runs them for real
-	ProcDir     string    // default /proc
-	Machine     string    // default the layout's active machine
+	Observer    task.Observer
+	Exec        Runner // host commands; nil runs them for real
+	ProcDir     string // default /proc
+	Machine     string // default the layout's active machine
 	JoinTimeout time.Duration
 	// Now is the clock durations are measured with; nil means time.Now.
 	Now func() time.Time
