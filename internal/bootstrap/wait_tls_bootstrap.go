@@ -11,11 +11,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
-
-// kubeletClientCert is where the kubelet links its issued client certificate.
-const kubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 
 type waitTLSBootstrap struct {
 	machine Machine
@@ -33,10 +31,10 @@ func WaitTLSBootstrap(m Machine, timeout time.Duration) task.Task {
 func (t *waitTLSBootstrap) Name() string { return "wait-tls-bootstrap" }
 
 func (t *waitTLSBootstrap) Do(ctx context.Context) (task.Result, error) {
-	cert := filepath.Join(t.machine.Root(), kubeletClientCert)
-	task.Wait(ctx, "the kubelet's TLS bootstrap in machine "+t.machine.Name+" (its CSR approved, "+kubeletClientCert+" written)")
+	cert := filepath.Join(t.machine.Root(), node.KubeletClientCert)
+	task.Wait(ctx, "the kubelet's TLS bootstrap in machine "+t.machine.Name+" (its CSR approved, "+node.KubeletClientCert+" written)")
 	if err := waitFile(ctx, cert, 250*time.Millisecond, t.timeout); err != nil {
-		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, kubeletClientCert, err, t.machine.logHint("kubelet"))
+		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, node.KubeletClientCert, err, t.machine.logHint("kubelet"))
 	}
 	return task.Result{}, nil
 }
