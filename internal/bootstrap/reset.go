@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -31,7 +32,7 @@ func ResetPhases(o Options) []task.Phase {
 // stays; uninstall.sh removes it.
 func Reset(ctx context.Context, o Options) (bool, error) {
 	o.setDefaults()
-	r := &task.Runner{Log: o.Log, Now: o.Now, Observer: o.Observer}
+	r := &task.Runner{Log: o.Log, Now: o.Now, Observer: task.Observers(o.Observer, metrics.TaskErrors(metrics.OpenStore(o.Layout)))}
 	changed, err := r.Phases(ctx, ResetPhases(o)...)
 	if mgr := systemd.NewManager(o.Layout.Root()); err == nil && changed && mgr.Live() {
 		err = mgr.DaemonReload(ctx)

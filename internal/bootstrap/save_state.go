@@ -44,6 +44,8 @@ func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 		Image:             t.config.Bootstrap.OCIImage,
 		ImageDigest:       digest,
 		KubernetesVersion: t.config.Components.Kubernetes,
+		ContainerdVersion: t.config.Components.Containerd,
+		RuncVersion:       t.config.Components.Runc,
 		AgentVersion:      buildinfo.Version,
 		AppliedAt:         time.Now().UTC(),
 	})

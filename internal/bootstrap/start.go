@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -154,7 +155,8 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 // runPhases runs start's phases after preflight, with what the run shows
 // along the way and at the end; start is when the run began.
 func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.Time) (changed bool, err error) {
-	r := &task.Runner{Log: s.opts.Log, Now: s.opts.Now, Observer: s.opts.Observer}
+	store := metrics.OpenStore(s.opts.Layout)
+	r := &task.Runner{Log: s.opts.Log, Now: s.opts.Now, Observer: task.Observers(s.opts.Observer, metrics.TaskErrors(store))}
 	if s.opts.Observer == nil {
 		r.Starting = func(name string) { s.progressf("%s ...", name) }
 	}
@@ -168,6 +170,9 @@ func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.T
 	}
 	took := s.opts.Now().Sub(start).Round(time.Millisecond)
 	if changed {
+		// Best effort, like every metric: a join is not undone because
+		// its duration could not be recorded.
+		_ = store.Observe(metrics.OpJoin, nil, took)
 		s.progressf("node %s joined in %v", name, took)
 	} else {
 		s.progressf("node %s already joined: nothing changed (%v)", name, took)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -78,6 +79,7 @@ type Outcome struct {
 // switch (slot-written, timer-armed, recorded, switched, restarted). Each
 // hands its result to the next through a task.Output.
 func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
+	began := time.Now()
 	if o.Deadline <= 0 {
 		o.Deadline = DefaultDeadline
 	}
@@ -101,7 +103,8 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &task.Runner{Log: o.Log, Observer: o.Observer}
+	store := metrics.OpenStore(l)
+	r := &task.Runner{Log: o.Log, Observer: task.Observers(o.Observer, metrics.TaskErrors(store))}
 	if o.Observer != nil {
 		ctx = task.WithObserver(ctx, o.Observer)
 	}
@@ -143,6 +146,9 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	// The new agent confirms, or recovery rolls back. Wait for either.
 	inFlight, _ := rec.Get()
 	res, err := waitOutcome(ctx, l, inFlight)
+	if res != nil {
+		_ = store.Observe(metrics.OpUpgrade, map[string]string{"component": "agent", "result": res.Result}, time.Since(began))
+	}
 	return &Outcome{Plan: plan, Result: res}, err
 }
 
