@@ -46,6 +46,7 @@ func goldenStart(t *testing.T, fail bool) (stdout, stderr string) {
 	c := &config.Config{}
 	c.Agent.NodeName = "node-1"
 	s := NewStart(Options{Layout: l, Config: c, Log: progress.Logger(&errs, slog.LevelInfo), Progress: &out, Now: fakeClock(250 * time.Millisecond)})
+	s.events = nil // no cluster here; the Event is tested in internal/events and end to end
 	wait := task.Func{N: "wait-node-ready", F: func(context.Context) (task.Result, error) {
 		s.nodeProgress("node not visible yet: nodes \"node-1\" not found")
 		s.nodeProgress("node Ready=False: container runtime network not ready")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
@@ -67,6 +68,8 @@ type Start struct {
 	machine     Machine
 	stager      *artifact.Stager
 	provisioner *machine.Provisioner
+	// events records the join on the Node, as the node.
+	events *events.Recorder
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -89,6 +92,7 @@ func NewStart(o Options) *Start {
 		Log:         o.Log,
 	}
 	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP}
+	s.events = events.ForMachine(s.machine.Root, c.Agent.NodeName, o.Log)
 	return s
 }
 
@@ -173,6 +177,8 @@ func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.T
 		// Best effort, like every metric: a join is not undone because
 		// its duration could not be recorded.
 		_ = store.Observe(metrics.OpJoin, nil, took)
+		_ = s.events.Normal(ctx, events.ReasonJoined, "aks-flex-node joined this node in %v: machine %s, Kubernetes %s, worker image %s",
+			took, s.machine.Name, s.opts.Config.Components.Kubernetes, s.opts.Config.Bootstrap.OCIImage)
 		s.progressf("node %s joined in %v", name, took)
 	} else {
 		s.progressf("node %s already joined: nothing changed (%v)", name, took)

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 )
 
 // MachineKeeper is the agent's upkeep of a joined host's machine. Nothing
@@ -22,7 +24,14 @@ type MachineKeeper struct {
 	Machine string // "" means the layout's active machine
 	Control *machine.Control
 	Log     *slog.Logger
+	// Metrics counts the repairs and Events records them on the Node;
+	// either may be nil.
+	Metrics *metrics.Registry
+	Events  *events.Recorder
 }
+
+// RepairMachineStarted is the repair kind of a machine the keeper started.
+const RepairMachineStarted = "machine-started"
 
 // KeepMachine is the keeper's loop: local, since starting a machine needs
 // nothing remote.
@@ -56,8 +65,11 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	}
 	k.Log.Warn("machine is not running on a joined host; starting it", "machine", name, "state", state, "joined-marker", k.Layout.JoinedMarker())
 	if err := k.Control.Start(ctx, name); err != nil {
+		k.Events.Warning(ctx, events.ReasonRepairFailed, "machine %s was %s on a joined host and could not be started: %v", name, state, err)
 		return fmt.Errorf("keep machine %s (was %s): %w", name, state, err)
 	}
 	k.Log.Info("machine started", "machine", name)
+	k.Metrics.Repaired(RepairMachineStarted)
+	k.Events.Normal(ctx, events.ReasonRepaired, "machine %s was %s on a joined host; aks-flex-node started it", name, state)
 	return nil
 }
