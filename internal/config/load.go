@@ -108,7 +108,7 @@ func LookupLayout(root, configFile string, log *slog.Logger) (layout.Layout, err
 		if errors.Is(err, fs.ErrNotExist) {
 			reason = "absent"
 		}
-		log.Info("config "+reason+"; using the default layout", "config", configFile, "prefix", "", "binDir", l.BinDir, "error", err)
+		log.Info("config "+reason+"; using the default layout", "config", configFile, "prefix", "", "binDir", l.BinDir(), "error", err)
 		return l, nil
 	}
 	c, err := Parse(configFile, data)
