@@ -113,6 +113,7 @@ Agent-owned files live under the install prefix declared in the config
 		newArtifactsCommand(),
 		newAgentUpgradeCommand(),
 		newStatusCommand(),
+		newDebugCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
