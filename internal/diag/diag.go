@@ -139,12 +139,12 @@ func (e *Env) machineLeader(ctx context.Context) (int, error) {
 
 // Report is the outcome of debug.
 type Report struct {
-	Node     string `json:"node"`
-	Machine  string `json:"machine"`
-	Server   string `json:"server,omitempty"`
-	Took     string `json:"took"`
-	Joined   bool   `json:"joined"`
-	Skipped  string `json:"skipped,omitempty"`
+	Node    string `json:"node"`
+	Machine string `json:"machine"`
+	Server  string `json:"server,omitempty"`
+	Took    string `json:"took"`
+	Joined  bool   `json:"joined"`
+	Skipped string `json:"skipped,omitempty"`
 	preflight.Report
 }
 

@@ -31,10 +31,10 @@ var defaultEviction = map[string]string{
 const warnMargin = 5.0
 
 type fsUsage struct {
-	dir                      string
-	fsid                     unix.Fsid
-	size, avail              uint64
-	inodes, inodesFree       uint64
+	dir                     string
+	fsid                    unix.Fsid
+	size, avail             uint64
+	inodes, inodesFree      uint64
 	availPct, inodesFreePct float64
 }
 

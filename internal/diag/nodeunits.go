@@ -10,9 +10,13 @@ import (
 
 // checkContainerd and checkKubelet: the node's units in the machine are
 // active, and not restarting over and over.
-func checkContainerd(e *Env) preflight.Check { return checkMachineUnit(e, NameContainerd, node.ContainerdUnitName) }
+func checkContainerd(e *Env) preflight.Check {
+	return checkMachineUnit(e, NameContainerd, node.ContainerdUnitName)
+}
 
-func checkKubelet(e *Env) preflight.Check { return checkMachineUnit(e, NameKubelet, node.KubeletUnitName) }
+func checkKubelet(e *Env) preflight.Check {
+	return checkMachineUnit(e, NameKubelet, node.KubeletUnitName)
+}
 
 func checkMachineUnit(e *Env, name, unit string) preflight.Check {
 	return preflight.NewCheck(name, unit+" in the machine", func(ctx context.Context) preflight.Result {
