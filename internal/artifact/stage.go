@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -176,6 +177,12 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 			return Staged{}, fmt.Errorf("remove staged bundle %s that does not verify: %w", staged, err)
 		}
 	}
+	// A pull killed half-way left temp files; the resumed pull renames
+	// new ones into place and would keep those for good. Stage runs
+	// under the node lock (start holds it): no other pull writes here.
+	if err := removeTempFiles(dir); err != nil {
+		return Staged{}, fmt.Errorf("staged bundle %s: %w", staged, err)
+	}
 	start := time.Now()
 	n, err := reg.Pull(ctx, rem, dir)
 	if err != nil {
@@ -190,6 +197,26 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 	}
 	s.log().Info("pulled bundle", "ref", ref, "digest", rem.Digest.String(), "dir", staged, "bytes", n, "duration", time.Since(start).Round(time.Millisecond))
 	return Staged{Dir: dir, Pulled: true}, nil
+}
+
+// removeTempFiles removes the temp files writeStream and writeTemp make
+// (".<name>.tmp-*") anywhere under dir; a missing dir has none.
+func removeTempFiles(dir string) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			if ok, _ := filepath.Match(".*.tmp-*", d.Name()); ok {
+				return os.Remove(p)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // Verify is the full check of a bundle dir (a path this process opens)

@@ -258,3 +258,35 @@ func TestComponentsStampFollowsBundleLinks(t *testing.T) {
 		t.Fatal("a dangling link in the bundle read as unchanged")
 	}
 }
+
+// A pull killed half-way leaves a temp file next to the file it was
+// writing (the crash matrix found .kubelet.tmp-* in a converged node's
+// staged bundle); the resumed pull removes it.
+func TestStageOCIRemovesTempFilesOfAKilledPull(t *testing.T) {
+	ctx := context.Background()
+	host := testRegistry(t, nil)
+	src := "oci://" + host + "/aks-flex/bootstrap-artifacts:k8s-{{ .KubernetesVersion }}"
+	if _, err := (Registry{}).Push(ctx, builtBundle(t), strings.ReplaceAll(src, "{{ .KubernetesVersion }}", testComponents.Kubernetes)); err != nil {
+		t.Fatal(err)
+	}
+	s := testStager(t, src, nil)
+	st, err := s.Stage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a kill during the pull leaves it: no marker, a temp file.
+	if err := os.Remove(filepath.Join(st.Dir, StagedMarker)); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := filepath.Join(st.Dir, kubeletPath(testComponents))
+	tmp := filepath.Join(filepath.Dir(kubelet), "."+filepath.Base(kubelet)+".tmp-1706900242")
+	if err := os.WriteFile(tmp, []byte("half a kubelet"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("the killed pull's temp file is still there: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -35,6 +36,9 @@ type Options struct {
 	JoinTimeout time.Duration
 	// Now is the clock durations are measured with; nil means time.Now.
 	Now func() time.Time
+	// Lock is how long to wait for the node lock when another command
+	// holds it, and whom to tell; the zero value fails at once.
+	Lock nodelock.Wait
 }
 
 func (o *Options) setDefaults() {
@@ -139,13 +143,20 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	}
 }
 
-// Run runs start: the preflight phase, which refuses (a *RefusedError)
-// before anything on the host changes, then the phases of tasks.
+// Run runs start under the node lock: the preflight phase, which refuses
+// (a *RefusedError) before anything on the host changes, then the phases
+// of tasks. Preflight runs under the lock too, so what it saw is what the
+// tasks find.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
 	start := s.opts.Now()
 	if s.opts.Observer != nil {
 		ctx = task.WithObserver(ctx, s.opts.Observer)
 	}
+	lock, err := nodelock.Acquire(ctx, s.opts.Layout, "start", s.opts.Lock)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Release()
 	if err := s.preflight(ctx, pf); err != nil {
 		return false, err
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +16,7 @@ import (
 func newStartCommand() *cobra.Command {
 	var path string
 	var opts preflight.Options
-	var timeout time.Duration
+	var timeout, lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "start",
 		Aliases: []string{"bootstrap"},
@@ -38,6 +37,10 @@ task's outcome, and a summary line (tasks, how many changed, total time);
 only warnings and errors are logged there. Under systemd, in a pipe or a
 file the output is the plain lines below, unchanged.
 
+start holds the node lock (node.lock in the state dir) from preflight to the
+end: a start, reset or agent-upgrade already running makes it wait, up to
+--lock-timeout, saying which command (and pid) holds the lock.
+
 Phases, in order, and their tasks (each task logs one line,
 task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
 
@@ -49,7 +52,11 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			if err := opts.Validate(preflight.StartNames); err != nil {
 				return invalid(err)
 			}
-			data, err := os.ReadFile(path)
+			data, err := config.ReadFile(path)
+			var ie *config.InvalidError
+			if errors.As(err, &ie) {
+				return invalid(fmt.Errorf("start: %w", err))
+			}
 			if err != nil {
 				return fmt.Errorf("start: config: %w", err)
 			}
@@ -68,6 +75,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 				Progress:    con.Progress,
 				Observer:    con.Observer,
 				JoinTimeout: timeout,
+				Lock:        lockWait(cmd, l, lockTimeout),
 			})
 			pf := bootstrap.Preflight{
 				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
@@ -89,11 +97,13 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 	addConfigFlag(cmd, &path)
 	preflight.AddFlags(cmd.Flags(), &opts)
 	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 
 func newResetCommand() *cobra.Command {
 	var path string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "reset",
 		Aliases: []string{"unbootstrap"},
@@ -104,7 +114,7 @@ the staged bundles and the logs; everything start created is tracked, so
 exactly that is removed. The agent binary stays, with its upgrade slots,
 links and recovery script (uninstall.sh removes them). Safe to run twice and
 after a half-finished start. The layout comes from --config; an absent config
-selects the default layout.`,
+selects the default layout. reset holds the node lock, as start does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -117,7 +127,7 @@ selects the default layout.`,
 				return err
 			}
 			con := progress.NewConsole("reset", cmd.OutOrStdout(), cmd.ErrOrStderr(), 0, false)
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: con.Log, Observer: con.Observer})
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: con.Log, Observer: con.Observer, Lock: lockWait(cmd, l, lockTimeout)})
 			con.Finish(err)
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
@@ -129,5 +139,6 @@ selects the default layout.`,
 		},
 	}
 	addConfigFlag(cmd, &path)
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 func newAgentUpgradeCommand() *cobra.Command {
 	var path, output string
 	var o upgrade.Options
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "agent-upgrade",
 		Short: "Upgrade the agent binary blue/green, with automatic rollback",
@@ -37,7 +38,10 @@ func newAgentUpgradeCommand() *cobra.Command {
 Exit code 0: upgraded (or already at that binary). 1: rolled back, or the
 upgrade failed. 2: refused (bad checksum, downgrade, usage).
 
---preflight does steps 1 and 2, prints the plan and changes nothing.`,
+--preflight does steps 1 and 2, prints the plan and changes nothing.
+
+agent-upgrade holds the node lock for its whole run, as start and reset do:
+while one of them runs it waits, up to --lock-timeout, naming the holder.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -54,6 +58,7 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 			con := progress.NewConsole("agent-upgrade", cmd.OutOrStdout(), cmd.ErrOrStderr(), 0, output == "json")
 			o.Manager = systemd.NewManager("/")
 			o.Log, o.Observer = con.Log, con.Observer
+			o.Lock = lockWait(cmd, l, lockTimeout)
 			out, err := upgrade.Run(cmd.Context(), l, o)
 			con.Finish(err)
 			var re *upgrade.RefusedError
@@ -84,6 +89,7 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 	f.BoolVar(&o.AllowDowngrade, "allow-downgrade", false, "install a candidate that is not newer than the current agent")
 	f.DurationVar(&o.Deadline, "deadline", upgrade.DefaultDeadline, "how long the new agent has to confirm itself healthy before recovery rolls back")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 

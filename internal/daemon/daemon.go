@@ -7,9 +7,11 @@
 // report-upgrade-outcome, which records a rollback of an agent upgrade as
 // an Event on the Node; the drift repair and repave that come next are
 // further Loops on the same Agent, and report through the same metrics
-// registry and event recorder. The agent waits with backoff instead of
-// crashing (a crash loop would run into systemd's start limit and leave
-// the host without an agent), and it exits cleanly when stopped.
+// registry and event recorder. Loops that change the node hold the node
+// lock (internal/nodelock) while they do, taken at once or not at all.
+// The agent waits with backoff instead of crashing (a crash loop would
+// run into systemd's start limit and leave the host without an agent),
+// and it exits cleanly when stopped.
 package daemon
 
 import (
@@ -41,7 +43,9 @@ type Loop struct {
 	// Run is one pass. It runs at once and every Interval; an error is
 	// logged and retried at the next interval, never fatal. Each pass is
 	// timed into the metrics and its outcome kept for /healthz: a local
-	// loop whose last pass failed makes the agent unhealthy (503).
+	// loop whose last pass failed makes the agent unhealthy (503). A pass
+	// that changes the node takes the node lock around the change with
+	// lockOrSkip, and skips (never queues) while a command holds it.
 	Run func(ctx context.Context) error
 }
 

@@ -119,6 +119,9 @@ func TestJoin(t *testing.T) {
 		}
 		t.Run(sc.name, func(t *testing.T) { e.run(t, sc) })
 	}
+	if only == "" || only == crashScenario.name {
+		t.Run(crashScenario.name, e.crash)
+	}
 }
 
 func (e *env) config(sc scenario, edit func(kubelet, agent, bootstrap map[string]any)) []byte {
