@@ -161,8 +161,10 @@ func (e *env) config(sc scenario, edit func(kubelet, agent, bootstrap map[string
 // a second start, survives a power cut, is left clean by reset and
 // uninstall, and joins again from there.
 func (e *env) run(t *testing.T, sc scenario) {
+	step("Boot an ACL-like host (read-only /usr, ACL os-release) with agent.hostPrefix %s", sc.prefix)
 	h := e.bootHost(t, sc)
 	if sc.variant == aclhost.ACL {
+		step("Bad inputs are refused by preflight before anything on the host changes")
 		e.refusals(t, h, sc)
 	}
 	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
@@ -170,9 +172,15 @@ func (e *env) run(t *testing.T, sc scenario) {
 		t.Fatal(err)
 	}
 
+	step("Install the agent with install.sh")
 	e.install(t, h)
+	step("Join: aks-flex-node start")
 	_, first := e.start(t, h, sc, "first")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	if demoMode() {
+		step("Day 2: aks-flex-node debug")
+		e.demoShow(h, sc.agent, "debug")
+	}
 	e.checkJoined(t, h, sc)
 	second := e.checkConverged(t, h, sc)
 	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
@@ -235,6 +243,13 @@ func (e *env) install(t *testing.T, h *aclhost.Host) {
 // ends the test with the machine's kubelet journal.
 func (e *env) start(t *testing.T, h *aclhost.Host, sc scenario, label string) (string, time.Duration) {
 	begin := time.Now()
+	if demoMode() && label == "first" {
+		out, err := e.demoStart(h, sc.agent)
+		if err != nil {
+			t.Fatalf("%s start: %v", label, err)
+		}
+		return out, time.Since(begin)
+	}
 	out, stderr, err := h.Run(e.ctx, sc.agent, "start", "--join-timeout", "2m")
 	d := time.Since(begin)
 	t.Logf("%s start took %v\n%s", label, d.Round(time.Millisecond), out)
@@ -382,7 +397,9 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 // running until interrupted.
 func (e *env) demo(t *testing.T, h *aclhost.Host, logs string) {
 	out, err := exec.Command(e.binDir+"/kubectl", "--kubeconfig", e.cp.AdminKubeconfig, "get", "nodes", "-o", "wide").CombinedOutput()
-	fmt.Printf("\n$ kubectl get nodes -o wide\n%s\n$ kubectl logs hello\n%s\n", out, logs)
+	step("The node in the cluster, and a pod on it")
+	fmt.Printf("$ kubectl get nodes -o wide\n%s\n$ kubectl logs hello\n%s\n", out, logs)
+	step("The rest of the scenario runs silently: converged re-run, power cut, reset, uninstall, join again")
 	if err != nil {
 		t.Errorf("kubectl: %v", err)
 	}
