@@ -155,13 +155,13 @@ func (e *env) terminalProgress(t *testing.T) {
 	}
 	plain := stripANSI(out)
 	t.Logf("start on a terminal:\n%s", plain)
-	for _, want := range []string{"write-agent-unit", "wait-node-ready", "tasks", "0 changed"} {
+	for _, want := range []string{"create-layout-dirs", "wait-node-ready", "install-agent-service", "[start] done:", "0 changed"} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("terminal output lacks %q", want)
 		}
 	}
 	// The display replaces the structured lines: none on a terminal.
-	if strings.Contains(plain, "task=write-agent-unit status=ok") {
+	if strings.Contains(plain, "task=create-layout-dirs") {
 		t.Errorf("terminal output carries the structured task lines")
 	}
 }
