@@ -46,6 +46,15 @@ func (e *env) bundle(t *testing.T, bin, file string) (string, manifest, string) 
 	if b, err := exec.Command("tar", "-xzf", e.h.Path(file), "-C", dir).CombinedOutput(); err != nil {
 		t.Fatalf("tar -xzf: %v\n%s", err, b)
 	}
+	// Every member is under one top directory, named after the bundle.
+	top, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 1 || !top[0].IsDir() {
+		t.Fatalf("the archive has %d entries at its top, want one directory", len(top))
+	}
+	dir = filepath.Join(dir, top[0].Name())
 	var m manifest
 	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {

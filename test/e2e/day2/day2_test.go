@@ -106,7 +106,7 @@ func TestDay2(t *testing.T) {
 	must(t, e.h.WriteFile("/etc/aks-flex-node/config.json", e.config(manifest), 0o600))
 
 	// Before the join: the bundle still works and says what is missing.
-	e.unjoinedBundle(t)
+	t.Run("bundle-unjoined", e.unjoinedBundle)
 
 	e.h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256File(t, dist+"/aks-flex-node"))
 	began := time.Now()
@@ -116,6 +116,16 @@ func TestDay2(t *testing.T) {
 	}
 	t.Logf("start took %v\n%s", time.Since(began).Round(time.Millisecond), out)
 	kubetest.WaitReady(ctx, t, e.cp.Client, nodeName, 2*time.Minute)
+	// Off a terminal the output is the plain format the goldens in
+	// internal/bootstrap pin: "[start] ..." lines, and task lines on stderr.
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasPrefix(l, "[start] ") {
+			t.Errorf("start in a pipe printed %q, not a [start] line", l)
+		}
+	}
+	if !plainTask.MatchString(stderr) {
+		t.Errorf("start in a pipe logged no plain task line:\n%s", stderr)
+	}
 
 	t.Run("terminal-progress", e.terminalProgress)
 	t.Run("join-event", func(t *testing.T) { e.waitEvent(t, "Joined", time.Minute) })
@@ -294,6 +304,8 @@ func sha256File(t *testing.T, p string) string {
 	}
 	return sum
 }
+
+var plainTask = regexp.MustCompile(`(?m)^(time=\S+ )?level=INFO msg=task task=create-layout-dirs status=ok changed=true duration=\S+$`)
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]|\r`)
 
