@@ -107,7 +107,17 @@ func (e *env) joinedBundle(t *testing.T) {
 	plant := "Authorization: Bearer " + bearer + "\nid_token=" + jwt + "\n\"clientSecret\": \"" + secret + "\"\n"
 	e.h.ShellOK(t, "ls "+logDir+"/agent.log && printf '%s' '"+plant+"' >> "+logDir+"/agent.log")
 
-	pemData, err := os.ReadFile(e.h.Path(machineRoot + "/var/lib/kubelet/pki/kubelet-client-current.pem"))
+	// The current-certificate link is absolute inside the machine.
+	target, err := os.Readlink(e.h.Path(clientCertLink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(clientCertLink), target)
+	} else {
+		target = machineRoot + target
+	}
+	pemData, err := os.ReadFile(e.h.Path(target))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,8 +117,13 @@ func TestDay2(t *testing.T) {
 	t.Logf("start took %v\n%s", time.Since(began).Round(time.Millisecond), out)
 	kubetest.WaitReady(ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 	// Off a terminal the output is the plain format the goldens in
-	// internal/bootstrap pin: "[start] ..." lines, and task lines on stderr.
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+	// internal/bootstrap pin: after preflight's report "[start] ..." lines,
+	// and task lines on stderr.
+	_, tasks, ok := strings.Cut(out, " errors: ok\n")
+	if !ok {
+		t.Errorf("start in a pipe printed no preflight summary")
+	}
+	for _, l := range strings.Split(strings.TrimSpace(tasks), "\n") {
 		if !strings.HasPrefix(l, "[start] ") {
 			t.Errorf("start in a pipe printed %q, not a [start] line", l)
 		}
@@ -130,6 +135,11 @@ func TestDay2(t *testing.T) {
 	t.Run("terminal-progress", e.terminalProgress)
 	t.Run("join-event", func(t *testing.T) { e.waitEvent(t, "Joined", time.Minute) })
 	t.Run("metrics-and-health", e.metricsAfterJoin)
+	// The bridge plugin routes the pod CIDR with the first pod; before
+	// it, debug rightly warns that the route is missing.
+	if logs := kubetest.RunPod(ctx, t, e.cp.Client, nodeName, "hello-day2", fixtures.BusyboxImageRef, []string{"sh", "-c", "echo hello"}, 2*time.Minute); strings.TrimSpace(logs) != "hello" {
+		t.Errorf("pod logs %q", logs)
+	}
 	t.Run("debug-healthy", e.debugHealthy)
 	t.Run("bundle-joined", e.joinedBundle)
 	t.Run("debug-kubelet-stopped", e.debugKubeletStopped)
