@@ -73,7 +73,7 @@ demo: deps
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && { AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_DEMO=1 AKS_FLEX_NODE_SCENARIO=acl KEEP=$(KEEP) \
 		$(GO) test -count=1 -timeout 60m -v -run '^TestJoin$$' ./join/ 2>&1; echo $$? >$(DEMO_LOG).rc; } \
-		| tee $(DEMO_LOG) | grep -vE '^([[:space:]]|=== |--- PASS|PASS$$|ok )' || true
+		| tee $(DEMO_LOG) | grep -vE '^(    |=== |--- PASS|PASS$$|ok )' || true
 	@rc=$$(cat $(DEMO_LOG).rc); rm -f $(DEMO_LOG).rc; \
 	if [ "$$rc" = 0 ]; then echo "demo passed (test log: $(DEMO_LOG))"; else echo "demo FAILED (exit $$rc): see $(DEMO_LOG)"; fi; exit $$rc
 

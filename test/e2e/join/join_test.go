@@ -177,10 +177,6 @@ func (e *env) run(t *testing.T, sc scenario) {
 	step("Join: aks-flex-node start")
 	_, first := e.start(t, h, sc, "first")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
-	if demoMode() {
-		step("Day 2: aks-flex-node debug")
-		e.demoShow(h, sc.agent, "debug")
-	}
 	e.checkJoined(t, h, sc)
 	second := e.checkConverged(t, h, sc)
 	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
@@ -274,7 +270,7 @@ func (e *env) checkJoined(t *testing.T, h *aclhost.Host, sc scenario) {
 		t.Errorf("pod logs %q", logs)
 	}
 	if os.Getenv("AKS_FLEX_NODE_DEMO") == "1" {
-		e.demo(t, h, logs)
+		e.demo(t, h, sc, logs)
 	}
 	if sc.prefix != "" {
 		changes, err := h.ChangesUnder("/usr")
@@ -395,10 +391,12 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 
 // demo prints what `make demo` promises, and with KEEP=1 keeps it all
 // running until interrupted.
-func (e *env) demo(t *testing.T, h *aclhost.Host, logs string) {
+func (e *env) demo(t *testing.T, h *aclhost.Host, sc scenario, logs string) {
 	out, err := exec.Command(e.binDir+"/kubectl", "--kubeconfig", e.cp.AdminKubeconfig, "get", "nodes", "-o", "wide").CombinedOutput()
 	step("The node in the cluster, and a pod on it")
 	fmt.Printf("$ kubectl get nodes -o wide\n%s\n$ kubectl logs hello\n%s\n", out, logs)
+	step("Day 2: aks-flex-node debug")
+	e.demoShow(h, sc.agent, "debug")
 	step("The rest of the scenario runs silently: converged re-run, power cut, reset, uninstall, join again")
 	if err != nil {
 		t.Errorf("kubectl: %v", err)
