@@ -59,47 +59,6 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 	}
 }
 
-func TestHostKubeconfigResolvesLinksInsideMachine(t *testing.T) {
-	mroot := t.TempDir()
-	pki := filepath.Join(mroot, "var/lib/kubelet/pki")
-	_ = os.MkdirAll(pki, 0o755)
-	_ = os.WriteFile(filepath.Join(pki, "kubelet-client-2026.pem"), []byte("PEMDATA"), 0o600)
-	// The kubelet's link is absolute inside the machine.
-	if err := os.Symlink("/var/lib/kubelet/pki/kubelet-client-2026.pem", filepath.Join(pki, "kubelet-client-current.pem")); err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(mroot, "kubelet.conf")
-	_ = os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: "`+"Zm9v"+`"}}]
-users: [{name: u, user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem, client-key: /var/lib/kubelet/pki/kubelet-client-current.pem}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600)
-	rc, err := hostKubeconfig("/kubelet.conf", mroot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(rc.CertData) != "PEMDATA" || string(rc.KeyData) != "PEMDATA" || rc.Host != "https://127.0.0.1:6443" {
-		t.Fatalf("rest config: host %q cert %q", rc.Host, rc.CertData)
-	}
-
-	// The machine points the key at a host file through a link that
-	// climbs out for the kernel: it is read inside the machine or not at
-	// all, never from the host.
-	host := filepath.Join(t.TempDir(), "host-key.pem")
-	_ = os.WriteFile(host, []byte("HOSTSECRET"), 0o600)
-	rel, _ := filepath.Rel(pki, host)
-	_ = os.Remove(filepath.Join(pki, "kubelet-client-current.pem"))
-	if err := os.Symlink(rel, filepath.Join(pki, "kubelet-client-current.pem")); err != nil {
-		t.Fatal(err)
-	}
-	rc, err = hostKubeconfig("/kubelet.conf", mroot)
-	if err == nil && (string(rc.KeyData) == "HOSTSECRET" || string(rc.CertData) == "HOSTSECRET") {
-		t.Fatal("read a host file through a link in the machine")
-	}
-}
-
 func TestDedupeDeepestFirst(t *testing.T) {
 	got := strings.Join(dedupeDeepestFirst([]string{"/a", "/a/b/c", "/a", "/a/b"}), ",")
 	if got != "/a/b/c,/a/b,/a" {

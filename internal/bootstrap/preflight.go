@@ -98,7 +98,9 @@ func (s *Start) resolveImage(ctx context.Context, ref string) (preflight.Resolve
 func (s *Start) preflight(ctx context.Context, pf Preflight) error {
 	began := time.Now()
 	s.WireChecks(pf.Env)
+	task.Wait(ctx, "the preflight checks")
 	report := preflight.Run(ctx, preflight.StartChecks(pf.Env), pf.Options)
+	task.Wait(ctx, "")
 	if err := report.WriteText(pf.Report); err != nil {
 		return err
 	}

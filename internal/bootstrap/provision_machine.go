@@ -45,6 +45,7 @@ func (t *provisionMachine) Do(ctx context.Context) (task.Result, error) {
 	if err := t.host.track(l.MachineDir(t.machine.Name), l.MachineStateDir()); err != nil {
 		return task.Result{}, err
 	}
+	task.Wait(ctx, "worker image "+c.Ref+" to be unpacked into machine "+t.machine.Name)
 	res, err := t.provisioner.Provision(ctx, l, t.machine.Name, c.Ref, t.log)
 	if err == nil {
 		t.chosen.Set(c)

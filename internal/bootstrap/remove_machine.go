@@ -26,6 +26,7 @@ func (t *removeMachine) Do(ctx context.Context) (task.Result, error) {
 	changed := false
 	if t.mgr.Live() {
 		if st, err := m.Control.State(ctx, m.Name); err == nil && st != "inactive" && st != "failed" && st != "" {
+			task.Wait(ctx, "machine "+m.Name+" to power off (its pods to stop)")
 			if err := m.Control.Stop(ctx, m.Name); err != nil {
 				return task.Result{}, err
 			}

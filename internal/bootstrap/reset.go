@@ -2,8 +2,12 @@ package bootstrap
 
 import (
 	"context"
+	"time"
 
+	"github.com/Azure/aks-flex-node/internal/events"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
+	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -39,10 +43,30 @@ func Reset(ctx context.Context, o Options) (bool, error) {
 		return false, err
 	}
 	defer lock.Release()
-	r := &task.Runner{Log: o.Log}
+	recordReset(ctx, o)
+	r := &task.Runner{Log: o.Log, Now: o.Now, Observer: task.Observers(o.Observer, metrics.TaskErrors(metrics.OpenStore(o.Layout)))}
 	changed, err := r.Phases(ctx, ResetPhases(o)...)
 	if mgr := systemd.NewManager(o.Layout.Root()); err == nil && changed && mgr.Live() {
 		err = mgr.DaemonReload(ctx)
 	}
 	return changed, err
 }
+
+// recordReset records a Reset Event on the Node of a joined host, as the
+// node, before the machine that holds its credential is removed. The
+// Node object itself stays: deleting it is the cluster's decision.
+func recordReset(ctx context.Context, o Options) {
+	a, err := state.LoadApplied(o.Layout.OnRoot(o.Layout.StateDir()))
+	if err != nil || a == nil || a.NodeName == "" || a.Machine == "" {
+		return
+	}
+	m := NewMachine(o.Layout, a.Machine, o.Exec)
+	ctx, cancel := context.WithTimeout(ctx, resetEventTimeout)
+	defer cancel()
+	_ = events.ForMachine(m.Root, a.NodeName, o.Log).Normal(ctx, events.ReasonReset,
+		"aks-flex-node reset: stopping machine %s and removing the node's files from this host; the Node object stays until it is deleted", a.Machine)
+}
+
+// resetEventTimeout bounds the Reset Event: a reset must not wait long on
+// a cluster that is gone.
+const resetEventTimeout = 3 * time.Second

@@ -50,6 +50,8 @@ func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 		Image:             img.Ref,
 		ImageDigest:       digest,
 		KubernetesVersion: t.config.Components.Kubernetes,
+		ContainerdVersion: t.config.Components.Containerd,
+		RuncVersion:       t.config.Components.Runc,
 		AgentVersion:      buildinfo.Version,
 		AppliedAt:         time.Now().UTC(),
 	})

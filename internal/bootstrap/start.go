@@ -12,26 +12,34 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 // Options are the inputs of one start or reset.
 type Options struct {
-	Layout      layout.Layout
-	Config      *config.Config // start only
-	ConfigFile  string         // host path
-	ConfigData  []byte
-	Log         *slog.Logger
-	Progress    io.Writer // terminal progress; nil for none
-	Exec        Runner    // host commands; nil runs them for real
-	ProcDir     string    // default /proc
-	Machine     string    // default the layout's active machine
+	Layout     layout.Layout
+	Config     *config.Config // start only
+	ConfigFile string         // host path
+	ConfigData []byte
+	Log        *slog.Logger
+	Progress   io.Writer // the command's own lines; nil for none
+	// Observer, when set, is told each task as it runs (a display on a
+	// terminal, see internal/progress): it replaces the "[start] <task>
+	// ..." lines, and the waits report to it.
+	Observer    task.Observer
+	Exec        Runner // host commands; nil runs them for real
+	ProcDir     string // default /proc
+	Machine     string // default the layout's active machine
 	JoinTimeout time.Duration
 	// KeepImageCache keeps the layer cache on reset.
 	KeepImageCache bool
+	// Now is the clock durations are measured with; nil means time.Now.
+	Now func() time.Time
 	// Lock is how long to wait for the node lock when another command
 	// holds it, and whom to tell; the zero value fails at once.
 	Lock nodelock.Wait
@@ -46,6 +54,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Machine == "" {
 		o.Machine = layout.MachineBlue
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 }
 
@@ -66,6 +77,8 @@ type Start struct {
 	stager      *artifact.Stager
 	provisioner *machine.Provisioner
 	image       *WorkerImage
+	// events records the join on the Node, as the node.
+	events *events.Recorder
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -89,6 +102,7 @@ func NewStart(o Options) *Start {
 	}
 	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
+	s.events = events.ForMachine(s.machine.Root, c.Agent.NodeName, o.Log)
 	return s
 }
 
@@ -129,7 +143,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
-			WaitNodeReady(m, c, s.opts.JoinTimeout, func(st string) { s.progressf("  %s", st) }),
+			WaitNodeReady(m, c, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen),
@@ -144,7 +158,10 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 // of tasks. Preflight runs under the lock too, so what it saw is what the
 // tasks find.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
-	start := time.Now()
+	start := s.opts.Now()
+	if s.opts.Observer != nil {
+		ctx = task.WithObserver(ctx, s.opts.Observer)
+	}
 	lock, err := nodelock.Acquire(ctx, s.opts.Layout, "start", s.opts.Lock)
 	if err != nil {
 		return false, err
@@ -157,8 +174,18 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	if err != nil {
 		return false, fmt.Errorf("detect cgroup mode: %w", err)
 	}
-	r := &task.Runner{Log: s.opts.Log, Starting: func(name string) { s.progressf("%s ...", name) }}
-	changed, err = r.Phases(ctx, s.Phases(mode)...)
+	return s.runPhases(ctx, s.Phases(mode), start)
+}
+
+// runPhases runs start's phases after preflight, with what the run shows
+// along the way and at the end; start is when the run began.
+func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.Time) (changed bool, err error) {
+	store := metrics.OpenStore(s.opts.Layout)
+	r := &task.Runner{Log: s.opts.Log, Now: s.opts.Now, Observer: task.Observers(s.opts.Observer, metrics.TaskErrors(store))}
+	if s.opts.Observer == nil {
+		r.Starting = func(name string) { s.progressf("%s ...", name) }
+	}
+	changed, err = r.Phases(ctx, phases...)
 	if err != nil {
 		return changed, err
 	}
@@ -166,16 +193,32 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
 		s.progressf("machine %s runs worker image %s (%s, from %s)", s.machine.Name, s.image.Used().Ref, d, s.image.Used().Source)
 	}
+	took := s.opts.Now().Sub(start).Round(time.Millisecond)
 	// Bundle bytes hashed are counted, not estimated: a converged run
 	// should hash none (the bundle's verification record,
 	// artifact/record.go).
 	hashed := artifact.BytesHashed()
 	if changed {
-		s.progressf("node %s joined in %v (%d bytes hashed)", name, time.Since(start).Round(time.Millisecond), hashed)
+		// Best effort, like every metric: a join is not undone because
+		// its duration could not be recorded.
+		_ = store.Observe(metrics.OpJoin, nil, took)
+		_ = s.events.Normal(ctx, events.ReasonJoined, "aks-flex-node joined this node in %v: machine %s, Kubernetes %s, worker image %s",
+			took, s.machine.Name, s.opts.Config.Components.Kubernetes, s.image.Used().Ref)
+		s.progressf("node %s joined in %v (%d bytes hashed)", name, took, hashed)
 	} else {
-		s.progressf("node %s already joined: nothing changed (%v, %d bytes hashed)", name, time.Since(start).Round(time.Millisecond), hashed)
+		s.progressf("node %s already joined: nothing changed (%v, %d bytes hashed)", name, took, hashed)
 	}
 	return changed, nil
+}
+
+// nodeProgress is told each new state wait-node-ready sees: a line of its
+// own, or on a display what the wait waits for.
+func (s *Start) nodeProgress(state string) {
+	if w, ok := s.opts.Observer.(task.Waiter); ok {
+		w.Waiting(fmt.Sprintf("Node %s to be Ready (%s)", s.opts.Config.Agent.NodeName, state))
+		return
+	}
+	s.progressf("  %s", state)
 }
 
 func (s *Start) progressf(format string, args ...any) {

@@ -60,6 +60,7 @@ func (t *startMachine) Do(ctx context.Context) (task.Result, error) {
 	if err := m.Control.Start(ctx, m.Name); err != nil {
 		return task.Result{}, err
 	}
+	task.Wait(ctx, "machine "+m.Name+" to boot (its systemd to reach running)")
 	state, err := m.Control.WaitRunning(ctx, m.Name, 2*time.Minute)
 	if err != nil {
 		return task.Result{Changed: true}, fmt.Errorf("machine %s did not boot: %w; %s", m.Name, err, m.logHint("systemd-nspawn@"+m.Name))

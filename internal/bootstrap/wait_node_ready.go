@@ -11,10 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/Azure/aks-flex-node/internal/config"
-	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
@@ -40,16 +38,13 @@ func WaitNodeReady(m Machine, c *config.Config, timeout time.Duration, progress 
 
 func (t *waitNodeReady) Name() string { return "wait-node-ready" }
 
-// maxKubeconfigFile bounds each file hostKubeconfig reads.
-const maxKubeconfigFile = 1 << 20
-
 func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
 	var kc *rest.Config
 	var err error
 	if t.config.Azure.Identity() {
 		kc, err = IdentityRestConfig(t.config, t.machine.Layout)
 	} else {
-		kc, err = hostKubeconfig(node.KubeletKubeconf, t.machine.Root())
+		kc, err = node.HostClientConfig(t.machine.Root())
 	}
 	if err != nil {
 		return task.Result{}, err
@@ -98,58 +93,6 @@ func pollNodeReady(ctx context.Context, cfg *rest.Config, nodeName string, progr
 		return fmt.Errorf("%w (last seen: %s)", err, last)
 	}
 	return nil
-}
-
-// hostKubeconfig loads the kubelet's kubeconfig, at path inside the
-// machine at machineRoot, for use from the host. It and the certificate
-// paths in it are resolved inside the machine (the current-certificate
-// link is absolute there) and read confined to its rootfs, regular files
-// only: the running machine owns those files, and a link or a named pipe
-// there must not make the agent read a host file or hang. The
-// certificates are inlined; nothing is written to disk.
-func hostKubeconfig(path, machineRoot string) (*rest.Config, error) {
-	read := func(p string) ([]byte, error) {
-		b, err := fsutil.ReadFileIn(machineRoot, p, maxKubeconfigFile)
-		if err != nil {
-			return nil, fmt.Errorf("read %s in machine %s: %w", p, machineRoot, err)
-		}
-		return b, nil
-	}
-	data, err := read(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.Load(data)
-	if err != nil {
-		return nil, fmt.Errorf("load %s in machine %s: %w", path, machineRoot, err)
-	}
-	for _, ai := range cfg.AuthInfos {
-		if ai.ClientCertificate != "" {
-			if ai.ClientCertificateData, err = read(ai.ClientCertificate); err != nil {
-				return nil, err
-			}
-			ai.ClientCertificate = ""
-		}
-		if ai.ClientKey != "" {
-			if ai.ClientKeyData, err = read(ai.ClientKey); err != nil {
-				return nil, err
-			}
-			ai.ClientKey = ""
-		}
-	}
-	for _, c := range cfg.Clusters {
-		if c.CertificateAuthority != "" {
-			if c.CertificateAuthorityData, err = read(c.CertificateAuthority); err != nil {
-				return nil, err
-			}
-			c.CertificateAuthority = ""
-		}
-	}
-	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return rc, nil
 }
 
 // IdentityRestConfig is a client config for the API server in c that signs

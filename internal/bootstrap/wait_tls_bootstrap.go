@@ -12,11 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
-
-// kubeletClientCert is where the kubelet links its issued client certificate.
-const kubeletClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 
 type waitTLSBootstrap struct {
 	machine  Machine
@@ -39,9 +37,10 @@ func (t *waitTLSBootstrap) Do(ctx context.Context) (task.Result, error) {
 	if t.identity {
 		return task.Result{Detail: "none: the kubelet signs in with an Azure identity"}, nil
 	}
-	cert := filepath.Join(t.machine.Root(), kubeletClientCert)
+	cert := filepath.Join(t.machine.Root(), node.KubeletClientCert)
+	task.Wait(ctx, "the kubelet's TLS bootstrap in machine "+t.machine.Name+" (its CSR approved, "+node.KubeletClientCert+" written)")
 	if err := waitFile(ctx, cert, 250*time.Millisecond, t.timeout); err != nil {
-		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, kubeletClientCert, err, t.machine.logHint("kubelet"))
+		return task.Result{}, fmt.Errorf("the kubelet did not finish its TLS bootstrap within %v (no %s yet; is the CSR approved?): %w; %s", t.timeout, node.KubeletClientCert, err, t.machine.logHint("kubelet"))
 	}
 	return task.Result{}, nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"log/slog"
 	"os/signal"
 	"syscall"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
+	"github.com/Azure/aks-flex-node/internal/logfile"
 	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
@@ -25,7 +27,20 @@ invalid config exits 2, which the unit does not restart.
 
 On a joined host it keeps the node's machine running: every
 agent.machineReconcileInterval it starts the machine if it is stopped (after
-a reboot nothing else does), without waiting for the API server.`,
+a reboot nothing else does), without waiting for the API server. Each repair
+is an Event (Repaired, or RepairFailed) on the Node, recorded with the node's
+own credential; so is a rollback of an agent upgrade (RolledBack).
+
+It serves /healthz and /metrics (Prometheus) on the Unix socket
+/var/lib/aks-flex-node/agent.sock (root only), and on agent.metricsAddress
+when that is set:
+
+  curl --unix-socket /var/lib/aks-flex-node/agent.sock http://agent/healthz
+
+/healthz is 200 with a JSON report of each loop's last pass, or 503 when a
+loop that needs nothing remote (keep-machine: the machine cannot be started)
+failed its last pass. Its log lines go to the journal and, with their time,
+to agent.log in agent.logDir (rotated at 10 MiB, 5 files kept).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			failpoint.Hit(upgrade.StepAgentStart)
@@ -42,11 +57,15 @@ a reboot nothing else does), without waiting for the API server.`,
 			case c == nil:
 				return nil // stopped while waiting
 			}
-			log = logger(cmd.ErrOrStderr(), levelOf(c))
 			l, err := c.Layout("/", path)
 			if err != nil {
 				return invalid(err)
 			}
+			// The journal's lines, and the same with their time in
+			// agent.logDir, rotated.
+			file := logfile.New(l.OnRoot(l.AgentLog()), logfile.DefaultMaxBytes, logfile.DefaultKeep)
+			defer file.Close()
+			log = slog.New(logfile.Tee(logger(cmd.ErrOrStderr(), levelOf(c)).Handler(), file, levelOf(c)))
 			// An upgrade in flight to this agent's slot is confirmed now,
 			// before waiting for the cluster: health here means this
 			// binary runs, reads its config and finds its layout. An

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -62,10 +63,7 @@ the defaults of --custom-data and --imds-endpoint.`,
 			}
 			prov := ignition.Inspect(cmd.Context(), src, r.Family)
 			if output == "json" {
-				return writeJSON(cmd.OutOrStdout(), struct {
-					*hostos.Report
-					Provisioning ignition.Provisioning `json:"provisioning"`
-				}{r, prov})
+				return writeJSON(cmd.OutOrStdout(), hostInspectJSON{r, prov})
 			}
 			if err := r.WriteText(cmd.OutOrStdout()); err != nil {
 				return err
@@ -117,4 +115,21 @@ is not. Used by install.sh, which asks the binary instead of guessing.`,
 	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
 	cmd.Flags().BoolVar(&needExec, "exec", false, "also require a mount that allows executables")
 	return cmd
+}
+
+// hostInspectJSON is what `host inspect --output json` prints, and what
+// a support bundle holds as host-inspect.json.
+type hostInspectJSON struct {
+	*hostos.Report
+	Provisioning ignition.Provisioning `json:"provisioning"`
+}
+
+// inspectHost is `host inspect --output json` of the running host with
+// the default provisioning sources.
+func inspectHost(ctx context.Context) (any, error) {
+	r, err := hostos.Inspect(ctx, "/")
+	if err != nil {
+		return nil, err
+	}
+	return hostInspectJSON{r, ignition.Inspect(ctx, ignition.SourcesFromEnv("/"), r.Family)}, nil
 }

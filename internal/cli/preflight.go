@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
@@ -77,4 +79,22 @@ reported as warnings with --ignore-preflight-errors.`,
 	cmd.Flags().StringVar(&customData, "custom-data", ignition.DefaultCustomDataPath, "Azure customData file provisioning-payload reads (env "+ignition.EnvCustomData+")")
 	cmd.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL provisioning-payload asks for userData, or "off" (env `+ignition.EnvIMDSEndpoint+")")
 	return cmd
+}
+
+// preflightReport is `preflight --output json` for the config at path,
+// for a support bundle.
+func preflightReport(path string) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		c, err := loadConfig(path)
+		if err != nil {
+			return nil, err
+		}
+		l, err := c.Layout("/", path)
+		if err != nil {
+			return nil, err
+		}
+		env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}
+		bootstrap.NewStart(bootstrap.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
+		return preflight.Run(ctx, preflight.Checks(env), preflight.Options{}), nil
+	}
 }

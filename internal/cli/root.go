@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/progress"
 )
 
 // Exit codes are part of the interface: scripts branch on them.
@@ -116,6 +116,7 @@ Agent-owned files live under the install prefix declared in the config
 		newStatusCommand(),
 		newTokenCommand(),
 		newClusterCommand(),
+		newDebugCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
@@ -153,18 +154,7 @@ func writeJSON(w io.Writer, v any) error {
 
 // logger builds the slog logger for a command: text on a terminal, plain
 // key=value lines under systemd (journald adds its own timestamps).
-func logger(w io.Writer, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if os.Getenv("JOURNAL_STREAM") != "" || os.Getenv("INVOCATION_ID") != "" {
-		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		}
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
+func logger(w io.Writer, level slog.Level) *slog.Logger { return progress.Logger(w, level) }
 
 // levelOf maps agent.logLevel to a slog level.
 func levelOf(c *config.Config) slog.Level {

@@ -10,6 +10,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/preflight"
+	"github.com/Azure/aks-flex-node/internal/progress"
 )
 
 func newStartCommand() *cobra.Command {
@@ -31,6 +32,12 @@ plugin, token kubelogin) and for the Node to be Ready; save the applied state
 and start aks-flex-node-agent.service.
 
 A second start on a converged host changes nothing and says so.
+
+On a terminal, start shows each task as it runs, with its elapsed time and
+what a long wait (the TLS bootstrap, the Node turning Ready) waits for, each
+task's outcome, and a summary line (tasks, how many changed, total time);
+only warnings and errors are logged there. Under systemd, in a pipe or a
+file the output is the plain lines below, unchanged.
 
 start holds the node lock (node.lock in the state dir) from preflight to the
 end: a start, reset or agent-upgrade already running makes it wait, up to
@@ -64,20 +71,22 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			if err != nil {
 				return invalid(err)
 			}
-			out := cmd.OutOrStdout()
+			con := progress.NewConsole("start", cmd.OutOrStdout(), cmd.ErrOrStderr(), levelOf(c), false)
 			s := bootstrap.NewStart(bootstrap.Options{
 				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
-				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
-				Progress:    out,
+				Log:         con.Log,
+				Progress:    con.Progress,
+				Observer:    con.Observer,
 				JoinTimeout: timeout,
 				Lock:        lockWait(cmd, l, lockTimeout),
 			})
 			pf := bootstrap.Preflight{
 				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
 				Options: opts,
-				Report:  out,
+				Report:  con.Progress,
 			}
 			_, err = s.Run(cmd.Context(), pf)
+			con.Finish(err)
 			var refused *bootstrap.RefusedError
 			if errors.As(err, &refused) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused before touching the host; nothing was changed")
@@ -125,11 +134,15 @@ machine from them in under a second.`,
 				}
 				return err
 			}
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, Lock: lockWait(cmd, l, lockTimeout), KeepImageCache: keepCache})
+			con := progress.NewConsole("reset", cmd.OutOrStdout(), cmd.ErrOrStderr(), 0, false)
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: con.Log, Observer: con.Observer, Lock: lockWait(cmd, l, lockTimeout), KeepImageCache: keepCache})
+			con.Finish(err)
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "[reset] done (changed=%t)\n", changed)
+			if !con.Display() {
+				fmt.Fprintf(cmd.OutOrStdout(), "[reset] done (changed=%t)\n", changed)
+			}
 			return nil
 		},
 	}

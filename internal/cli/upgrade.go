@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/progress"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
@@ -54,10 +55,12 @@ while one of them runs it waits, up to --lock-timeout, naming the holder.`,
 			if err != nil {
 				return invalid(err)
 			}
+			con := progress.NewConsole("agent-upgrade", cmd.OutOrStdout(), cmd.ErrOrStderr(), 0, output == "json")
 			o.Manager = systemd.NewManager("/")
-			o.Log = log
+			o.Log, o.Observer = con.Log, con.Observer
 			o.Lock = lockWait(cmd, l, lockTimeout)
 			out, err := upgrade.Run(cmd.Context(), l, o)
+			con.Finish(err)
 			var re *upgrade.RefusedError
 			if errors.As(err, &re) {
 				return invalid(err)

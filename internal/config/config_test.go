@@ -92,6 +92,10 @@ func TestValidationRules(t *testing.T) {
 		{"node name long label", map[string]any{"agent.nodeName": strings.Repeat("a", 64)}, "agent.nodeName", "DNS-1123"},
 		{"duration", map[string]any{"agent.machineReconcileInterval": "5"}, "agent.machineReconcileInterval", "duration"},
 		{"duration negative", map[string]any{"agent.machineReconcileInterval": "-5s"}, "agent.machineReconcileInterval", "positive"},
+		{"metrics address no port", map[string]any{"agent.metricsAddress": "127.0.0.1"}, "agent.metricsAddress", "not host:port"},
+		{"metrics address name", map[string]any{"agent.metricsAddress": "metrics.example:9464"}, "agent.metricsAddress", "not an IP address"},
+		{"metrics address port", map[string]any{"agent.metricsAddress": ":99999"}, "agent.metricsAddress", "1 to 65535"},
+		{"metrics address ok", map[string]any{"agent.metricsAddress": "0.0.0.0:9464"}, "", ""},
 		{"prefix", map[string]any{"agent.hostPrefix": "/opt/aks flex"}, "agent.hostPrefix", "' ' at offset 8"},
 		{"prefix ok", map[string]any{"agent.hostPrefix": "/opt/aks-flex-node"}, "", ""},
 		{"k8s version", map[string]any{"components.kubernetes": "latest"}, "components.kubernetes", "version"},
@@ -374,5 +378,16 @@ func TestLookupLayout(t *testing.T) {
 	l, err = LookupLayout(root, cfgPath, nil)
 	if err != nil || l.Prefix() != "" {
 		t.Fatalf("unreadable config: %+v, %v", l, err)
+	}
+}
+
+// An empty host in agent.metricsAddress is loopback: the agent's metrics
+// reach further only when an address says so.
+func TestMetricsAddressDefaultsToLoopback(t *testing.T) {
+	for in, want := range map[string]string{":9464": "127.0.0.1:9464", "localhost:9464": "localhost:9464", "[::1]:9464": "[::1]:9464", "0.0.0.0:9464": "0.0.0.0:9464"} {
+		got, err := MetricsListenAddress(in)
+		if err != nil || got != want {
+			t.Errorf("MetricsListenAddress(%q) = %q, %v; want %q", in, got, err, want)
+		}
 	}
 }

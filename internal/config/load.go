@@ -59,6 +59,9 @@ func Parse(file string, data []byte) (*Config, error) {
 		// Validate accepted it, so this cannot fail.
 		c.Node.Kubelet.ClusterFQDN, _ = ServerURL(c.Node.Kubelet.ClusterFQDN)
 	}
+	if c.Agent.MetricsAddress != "" {
+		c.Agent.MetricsAddress, _ = MetricsListenAddress(c.Agent.MetricsAddress)
+	}
 	return c, nil
 }
 

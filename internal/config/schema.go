@@ -78,6 +78,10 @@ type Agent struct {
 	LogDir                   string `json:"logDir"`
 	NodeName                 string `json:"nodeName"`
 	MachineReconcileInterval string `json:"machineReconcileInterval"`
+	// MetricsAddress, when set, is a TCP host:port the agent serves
+	// /healthz and /metrics on, besides its socket in the state dir. An
+	// empty host means loopback: exposing them further is said out loud.
+	MetricsAddress string `json:"metricsAddress,omitempty"`
 	// HostPrefix is the declared install prefix. Empty selects the classic
 	// /usr/local layout; it is never inferred from the host.
 	HostPrefix string `json:"hostPrefix"`

@@ -243,6 +243,11 @@ func (v *validator) agent(c *Config) {
 		v.add("agent.nodeName", "%q %s", ag.NodeName, msg)
 	}
 	v.duration(ag.MachineReconcileInterval, "agent.machineReconcileInterval")
+	if ag.MetricsAddress != "" {
+		if _, err := MetricsListenAddress(ag.MetricsAddress); err != nil {
+			v.add("agent.metricsAddress", "%v", err)
+		}
+	}
 	// The layout is made here, once: layout.New is where the prefix rule
 	// runs, and Layout hands out what it made.
 	if l, err := layout.New("/", ag.HostPrefix, ag.LogDir); err != nil {

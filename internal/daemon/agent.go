@@ -8,21 +8,32 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/metrics"
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 // New is the agent for config c on layout l: on a joined host it keeps
 // the node's machine running, every agent.machineReconcileInterval and
 // without waiting for the cluster; when the config names an API server,
 // it waits for it, with backoff, before any loop that needs the cluster.
-// An error is the config's.
+// It serves /healthz and /metrics on its socket in the state dir (and on
+// agent.metricsAddress when set), and records what it does to the node as
+// Events on the Node. An error is the config's.
 func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 	interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
-	a := &Agent{Layout: l, Log: log, Interval: interval}
-	a.Loops = append(a.Loops, KeepMachine(&MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log}))
+	reg := metrics.NewRegistry(l)
+	rec := events.ForMachine(func() string { return l.OnRoot(l.MachineDir(ActiveMachine(l))) }, c.Agent.NodeName, log)
+	a := &Agent{Layout: l, Log: log, Interval: interval, Metrics: reg,
+		Socket: l.OnRoot(l.AgentSocket()), TCPAddress: c.Agent.MetricsAddress}
+	a.Loops = append(a.Loops,
+		KeepMachine(&MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec}),
+		ReportUpgradeOutcome(l, rec),
+	)
 	if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
 		client, err := kubeapi.New(srv, c.CAPEM(), 10*time.Second)
 		if err != nil {
@@ -64,4 +75,13 @@ func authenticated(ctx context.Context, client *kubeapi.Client, src *identity.So
 		return fmt.Errorf("%s did not say who the token is", client.Server)
 	}
 	return nil
+}
+
+// ActiveMachine is the machine the node runs in: the applied state's, or
+// the first side before a join has recorded one.
+func ActiveMachine(l layout.Layout) string {
+	if a, err := state.LoadApplied(l.OnRoot(l.StateDir())); err == nil && a != nil && a.Machine != "" {
+		return a.Machine
+	}
+	return layout.MachineBlue
 }

@@ -1,13 +1,17 @@
 // Package daemon owns the long-running agent: the process systemd keeps up
 // as aks-flex-node-agent.service, what it waits for before it works (its
-// config file, the API server), and the loops it runs. Today that is one
-// loop, keep-machine (keeper.go), which brings the node's machine back
-// after a reboot; the drift repair and repave that come next are further
-// Loops on the same Agent. Loops that change the node hold the node lock
-// (internal/nodelock) while they do, taken at once or not at all. The
-// agent waits with backoff instead of crashing (a crash loop would run
-// into systemd's start limit and leave the host without an agent), and it
-// exits cleanly when stopped.
+// config file, the API server), the loops it runs, and what it tells the
+// outside about itself: /healthz and /metrics on its socket (serve.go,
+// health.go). Its loops today are keep-machine (keeper.go), which brings
+// the node's machine back after a reboot and records that repair, and
+// report-upgrade-outcome, which records a rollback of an agent upgrade as
+// an Event on the Node; the drift repair and repave that come next are
+// further Loops on the same Agent, and report through the same metrics
+// registry and event recorder. Loops that change the node hold the node
+// lock (internal/nodelock) while they do, taken at once or not at all.
+// The agent waits with backoff instead of crashing (a crash loop would
+// run into systemd's start limit and leave the host without an agent),
+// and it exits cleanly when stopped.
 package daemon
 
 import (
@@ -21,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 )
 
 // Probe checks one thing the agent depends on; nil means ready.
@@ -36,8 +41,10 @@ type Loop struct {
 	// once Ready has passed.
 	Local bool
 	// Run is one pass. It runs at once and every Interval; an error is
-	// logged and retried at the next interval, never fatal. A pass that
-	// changes the node takes the node lock around the change with
+	// logged and retried at the next interval, never fatal. Each pass is
+	// timed into the metrics and its outcome kept for /healthz: a local
+	// loop whose last pass failed makes the agent unhealthy (503). A pass
+	// that changes the node takes the node lock around the change with
 	// lockOrSkip, and skips (never queues) while a command holds it.
 	Run func(ctx context.Context) error
 }
@@ -57,6 +64,16 @@ type Agent struct {
 	// 0 means a second and a minute.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// Metrics, when set, records each loop pass and is served on
+	// /metrics.
+	Metrics *metrics.Registry
+	// Health is the verdict /healthz serves; Run makes one when nil.
+	Health *Health
+	// Socket is the Unix socket (as this process opens it) /healthz and
+	// /metrics are served on; "" serves none. TCPAddress, when set, serves
+	// them there too (agent.metricsAddress).
+	Socket     string
+	TCPAddress string
 	// sleepJitter spreads each wait; tests replace it.
 	sleepJitter func(time.Duration) time.Duration
 }
@@ -70,6 +87,9 @@ func (a *Agent) setDefaults() {
 	}
 	if a.Interval <= 0 {
 		a.Interval = time.Minute
+	}
+	if a.Health == nil {
+		a.Health = NewHealth()
 	}
 	if a.sleepJitter == nil {
 		// Each wait is drawn from the upper half of its backoff step, so a
@@ -86,11 +106,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.Log.Info("agent started", "prefix", a.Layout.Prefix(), "binary", a.Layout.AgentBinary(), "config", a.Layout.ConfigFile())
 	var loops wait.Group
 	defer loops.Wait()
+	a.serve(ctx, &loops)
 	a.startLoops(ctx, &loops, true)
 	if a.Ready != nil {
+		a.Health.waiting(a.WaitFor)
 		if err := a.waitReady(ctx); err != nil {
 			return nil // cancelled while waiting
 		}
+		a.Health.waiting("")
 	}
 	a.startLoops(ctx, &loops, false)
 	<-ctx.Done()
@@ -106,7 +129,14 @@ func (a *Agent) startLoops(ctx context.Context, g *wait.Group, local bool) {
 		}
 		g.StartWithContext(ctx, func(ctx context.Context) {
 			wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
-				if err := l.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				began := time.Now()
+				err := l.Run(ctx)
+				if ctx.Err() != nil {
+					return // stopped mid-pass: not a pass that failed
+				}
+				a.Health.loopDone(l, began, err)
+				a.Metrics.LoopDone(l.Name, time.Since(began), err)
+				if err != nil && !errors.Is(err, context.Canceled) {
 					a.Log.Warn(l.Name+" failed; retrying at the next interval", "error", err, "interval", a.Interval)
 				}
 			}, a.Interval)

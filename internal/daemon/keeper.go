@@ -9,8 +9,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 )
 
 // MachineKeeper is the agent's upkeep of a joined host's machine. Nothing
@@ -23,7 +25,14 @@ type MachineKeeper struct {
 	Machine string // "" means the layout's active machine
 	Control *machine.Control
 	Log     *slog.Logger
+	// Metrics counts the repairs and Events records them on the Node;
+	// either may be nil.
+	Metrics *metrics.Registry
+	Events  *events.Recorder
 }
+
+// RepairMachineStarted is the repair kind of a machine the keeper started.
+const RepairMachineStarted = "machine-started"
 
 // keepMachineLoop names the loop in logs and as the node lock's holder.
 const keepMachineLoop = "keep-machine"
@@ -77,9 +86,12 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := k.Control.Start(sctx, name); err != nil {
+		k.Events.Warning(ctx, events.ReasonRepairFailed, "machine %s was %s on a joined host and could not be started: %v", name, state, err)
 		return fmt.Errorf("keep machine %s (was %s): %w", name, state, err)
 	}
 	k.Log.Info("machine started", "machine", name)
+	k.Metrics.Repaired(RepairMachineStarted)
+	k.Events.Normal(ctx, events.ReasonRepaired, "machine %s was %s on a joined host; aks-flex-node started it", name, state)
 	return nil
 }
 

@@ -32,6 +32,11 @@ const (
 	// conditioned on its absence, so provisioning runs once and a reset host
 	// can rejoin.
 	JoinedMarkerName = "joined"
+	// AgentSocketName is the Unix socket under the state dir on which the
+	// agent serves /healthz and /metrics (root only).
+	AgentSocketName = "agent.sock"
+	// AgentLogName is the agent's log file in the log dir.
+	AgentLogName = "agent.log"
 	// SuggestedPrefix is the prefix messages recommend on hosts whose /usr
 	// is read-only. It is only ever suggested, never applied.
 	SuggestedPrefix = "/opt/aks-flex-node"
@@ -215,6 +220,13 @@ func (l Layout) JoinedMarker() string { return stateDir + "/" + JoinedMarkerName
 // and the token cache it shares with the host; start binds it into the
 // machine.
 func (l Layout) IdentityDir() string { return stateDir + "/identity" }
+
+// AgentSocket is the host path of the agent's /healthz and /metrics
+// socket.
+func (l Layout) AgentSocket() string { return stateDir + "/" + AgentSocketName }
+
+// AgentLog is the host path of the agent's log file in agent.logDir.
+func (l Layout) AgentLog() string { return l.logDir + "/" + AgentLogName }
 
 // BundlesDir holds staged bundles (pulled from a registry or downloaded
 // from upstream). Never under /usr: on ACL it is read-only, and staged

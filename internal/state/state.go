@@ -39,6 +39,8 @@ type Applied struct {
 	Image             string    `json:"image,omitempty"`
 	ImageDigest       string    `json:"imageDigest,omitempty"`
 	KubernetesVersion string    `json:"kubernetesVersion"`
+	ContainerdVersion string    `json:"containerdVersion,omitempty"`
+	RuncVersion       string    `json:"runcVersion,omitempty"`
 	AgentVersion      string    `json:"agentVersion"`
 	AppliedAt         time.Time `json:"appliedAt"`
 }

@@ -46,6 +46,20 @@ type Runner struct {
 	// Starting, when set, is told each task's name before it runs, so a
 	// terminal shows which step is in progress during long waits.
 	Starting func(name string)
+	// Now is the clock durations are measured with; nil means time.Now.
+	// Tests fix it so that output can be compared byte for byte.
+	Now func() time.Time
+	// Observer, when set, is told each phase and task as it starts and
+	// ends (a display on a terminal, the metrics store); the tasks it
+	// runs reach it through their context with Wait.
+	Observer Observer
+}
+
+func (r *Runner) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 // Run runs one task, logs `task=<name> status=ok|failed changed=<bool>`,
@@ -59,9 +73,16 @@ func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
 	if r.Starting != nil {
 		r.Starting(t.Name())
 	}
-	start := time.Now()
+	if r.Observer != nil {
+		r.Observer.TaskStarted(t.Name())
+		ctx = WithObserver(ctx, r.Observer)
+	}
+	start := r.now()
 	res, err := t.Do(ctx)
-	d := time.Since(start)
+	d := r.now().Sub(start)
+	if r.Observer != nil {
+		r.Observer.TaskDone(t.Name(), res, err, d)
+	}
 	status := "ok"
 	if err != nil {
 		status = "failed"
@@ -117,10 +138,13 @@ func (p Phase) Names() []string {
 // same whichever phase the task is in.
 func (r *Runner) Phases(ctx context.Context, phases ...Phase) (changed bool, err error) {
 	for _, p := range phases {
-		start := time.Now()
+		if r.Observer != nil {
+			r.Observer.PhaseStarted(p.Name)
+		}
+		start := r.now()
 		c, err := r.Serial(ctx, p.Tasks...)
 		changed = changed || c
-		LogPhase(r.Log, p.Name, c, time.Since(start), err)
+		LogPhase(r.Log, p.Name, c, r.now().Sub(start), err)
 		if err != nil {
 			return changed, err
 		}

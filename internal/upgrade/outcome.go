@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/systemd"
+	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 // waitOutcome waits until the in-flight record of rec is resolved, by the
@@ -21,6 +22,8 @@ func waitOutcome(ctx context.Context, l layout.Layout, rec InFlight) (*Result, e
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var res *Result
+	task.Wait(ctx, fmt.Sprintf("agent %s (slot %s) to confirm itself healthy, or recovery to roll back (deadline %s)", rec.ToVersion, rec.ToSlot, rec.Deadline.Local().Format(time.TimeOnly)))
+	defer task.Wait(ctx, "")
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		r, err := LoadInFlight(l)
 		if err != nil || r != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
@@ -41,6 +42,9 @@ type Options struct {
 	Deadline       time.Duration
 	Manager        *systemd.Manager
 	Log            *slog.Logger
+	// Observer, when set, is told each step as it runs (a display on a
+	// terminal); the wait for the outcome reports to it too.
+	Observer task.Observer
 	// Lock is how long to wait for the node lock while a start, a reset
 	// or another agent-upgrade holds it; the zero value fails at once.
 	Lock nodelock.Wait
@@ -79,6 +83,7 @@ type Outcome struct {
 // switch (slot-written, timer-armed, recorded, switched, restarted). Each
 // hands its result to the next through a task.Output.
 func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
+	began := time.Now()
 	if o.Deadline <= 0 {
 		o.Deadline = DefaultDeadline
 	}
@@ -105,7 +110,11 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &task.Runner{Log: o.Log}
+	store := metrics.OpenStore(l)
+	r := &task.Runner{Log: o.Log, Observer: task.Observers(o.Observer, metrics.TaskErrors(store))}
+	if o.Observer != nil {
+		ctx = task.WithObserver(ctx, o.Observer)
+	}
 	cand := task.NewOutput[candidate](StepVerified)
 	tested := task.NewOutput[buildinfo.Info](StepTested)
 	// The staged candidate is gone after the rename into its slot; this
@@ -144,6 +153,9 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	// The new agent confirms, or recovery rolls back. Wait for either.
 	inFlight, _ := rec.Get()
 	res, err := waitOutcome(ctx, l, inFlight)
+	if res != nil {
+		_ = store.Observe(metrics.OpUpgrade, map[string]string{"component": "agent", "result": res.Result}, time.Since(began))
+	}
 	return &Outcome{Plan: plan, Result: res}, err
 }
 

@@ -192,8 +192,10 @@ func (e *env) components() map[string]any {
 // power cut, joins again after a reset that kept the image's layers (the
 // warm join), and is left clean by reset and uninstall.
 func (e *env) run(t *testing.T, sc scenario) {
+	step("Boot an ACL-like host (read-only /usr, ACL os-release) with agent.hostPrefix %s", sc.prefix)
 	h := e.bootHost(t, sc)
 	if sc.variant == aclhost.ACL {
+		step("Bad inputs are refused by preflight before anything on the host changes")
 		e.refusals(t, h, sc)
 	} else {
 		e.spRefusals(t, h, sc)
@@ -204,7 +206,9 @@ func (e *env) run(t *testing.T, sc scenario) {
 	}
 
 	e.grant(t, sc.auth)
+	step("Install the agent with install.sh")
 	e.install(t, h)
+	step("Join: aks-flex-node start")
 	_, first := e.start(t, h, sc, "first")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
 	firstReady := time.Since(e.lastStart)
@@ -313,6 +317,13 @@ func (e *env) install(t *testing.T, h *aclhost.Host) {
 func (e *env) start(t *testing.T, h *aclhost.Host, sc scenario, label string) (string, time.Duration) {
 	begin := time.Now()
 	e.lastStart = begin
+	if demoMode() && label == "first" {
+		out, err := e.demoStart(h, sc.agent)
+		if err != nil {
+			t.Fatalf("%s start: %v", label, err)
+		}
+		return out, time.Since(begin)
+	}
 	out, stderr, err := h.Run(e.ctx, sc.agent, "start", "--join-timeout", "2m")
 	d := time.Since(begin)
 	t.Logf("%s start took %v\n%s", label, d.Round(time.Millisecond), out)
@@ -337,7 +348,7 @@ func (e *env) checkJoined(t *testing.T, h *aclhost.Host, sc scenario) {
 		t.Errorf("pod logs %q", logs)
 	}
 	if os.Getenv("AKS_FLEX_NODE_DEMO") == "1" {
-		e.demo(t, h, logs)
+		e.demo(t, h, sc, logs)
 	}
 	if sc.prefix != "" {
 		changes, err := h.ChangesUnder("/usr")
@@ -550,9 +561,13 @@ func (e *env) spRefusals(t *testing.T, h *aclhost.Host, sc scenario) {
 
 // demo prints what `make demo` promises, and with KEEP=1 keeps it all
 // running until interrupted.
-func (e *env) demo(t *testing.T, h *aclhost.Host, logs string) {
+func (e *env) demo(t *testing.T, h *aclhost.Host, sc scenario, logs string) {
 	out, err := exec.Command(e.binDir+"/kubectl", "--kubeconfig", e.cp.AdminKubeconfig, "get", "nodes", "-o", "wide").CombinedOutput()
-	fmt.Printf("\n$ kubectl get nodes -o wide\n%s\n$ kubectl logs hello\n%s\n", out, logs)
+	step("The node in the cluster, and a pod on it")
+	fmt.Printf("$ kubectl get nodes -o wide\n%s\n$ kubectl logs hello\n%s\n", out, logs)
+	step("Day 2: aks-flex-node debug")
+	e.demoShow(h, sc.agent, "debug")
+	step("The rest of the scenario runs silently: converged re-run, power cut, a warm join, reset, uninstall, join again")
 	if err != nil {
 		t.Errorf("kubectl: %v", err)
 	}
