@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
@@ -63,7 +64,13 @@ func recordReset(ctx context.Context, o Options) {
 	m := NewMachine(o.Layout, a.Machine, o.Exec)
 	ctx, cancel := context.WithTimeout(ctx, resetEventTimeout)
 	defer cancel()
-	_ = events.ForMachine(m.Root, a.NodeName, o.Log).Normal(ctx, events.ReasonReset,
+	// The config says whether the node signs in with an Azure identity;
+	// without one (gone, or invalid) the kubelet's kubeconfig is tried.
+	var c *config.Config
+	if o.ConfigFile != "" {
+		c, _ = config.Load(o.Layout.OnRoot(o.ConfigFile))
+	}
+	_ = events.ForMachine(c, o.Layout, m.Root, a.NodeName, o.Log).Normal(ctx, events.ReasonReset,
 		"aks-flex-node reset: stopping machine %s and removing the node's files from this host; the Node object stays until it is deleted", a.Machine)
 }
 

@@ -102,7 +102,7 @@ func NewStart(o Options) *Start {
 	}
 	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
-	s.events = events.ForMachine(s.machine.Root, c.Agent.NodeName, o.Log)
+	s.events = events.ForMachine(c, o.Layout, s.machine.Root, c.Agent.NodeName, o.Log)
 	return s
 }
 

@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,8 +12,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/Azure/aks-flex-node/internal/config"
-	"github.com/Azure/aks-flex-node/internal/identity"
-	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -39,13 +36,7 @@ func WaitNodeReady(m Machine, c *config.Config, timeout time.Duration, progress 
 func (t *waitNodeReady) Name() string { return "wait-node-ready" }
 
 func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
-	var kc *rest.Config
-	var err error
-	if t.config.Azure.Identity() {
-		kc, err = IdentityRestConfig(t.config, t.machine.Layout)
-	} else {
-		kc, err = node.HostClientConfig(t.machine.Root())
-	}
+	kc, err := node.ClientConfig(t.config, t.machine.Layout, t.machine.Root())
 	if err != nil {
 		return task.Result{}, err
 	}
@@ -93,25 +84,4 @@ func pollNodeReady(ctx context.Context, cfg *rest.Config, nodeName string, progr
 		return fmt.Errorf("%w (last seen: %s)", err, last)
 	}
 	return nil
-}
-
-// IdentityRestConfig is a client config for the API server in c that signs
-// each request with a token for c's Azure identity, from the host's token
-// cache (the one the kubelet's plugin shares).
-func IdentityRestConfig(c *config.Config, l layout.Layout) (*rest.Config, error) {
-	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("config %s has no Azure identity", l.ConfigFile())
-	}
-	src := &identity.Source{Spec: s, Cache: identity.DirCache(l.OnRoot(l.IdentityDir()))}
-	return &rest.Config{
-		Host:            c.Node.Kubelet.ClusterFQDN,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM()},
-		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-			return &identity.Transport{Source: src, Resource: identity.AKSServerID, Base: rt}
-		},
-	}, nil
 }

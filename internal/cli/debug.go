@@ -51,7 +51,10 @@ this report with logs and configs for a support case.`,
 			if err != nil {
 				return invalid(err)
 			}
-			rep := diag.Run(cmd.Context(), &diag.Env{Layout: l})
+			// The config only says how the node signs in (see
+			// diag.Env.Config); debug diagnoses without it too.
+			c, _ := config.Load(path)
+			rep := diag.Run(cmd.Context(), &diag.Env{Layout: l, Config: c})
 			if output == "json" {
 				err = writeJSON(cmd.OutOrStdout(), rep)
 			} else {

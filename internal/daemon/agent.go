@@ -27,7 +27,7 @@ import (
 func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 	interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
 	reg := metrics.NewRegistry(l)
-	rec := events.ForMachine(func() string { return l.OnRoot(l.MachineDir(ActiveMachine(l))) }, c.Agent.NodeName, log)
+	rec := events.ForMachine(c, l, func() string { return l.OnRoot(l.MachineDir(ActiveMachine(l))) }, c.Agent.NodeName, log)
 	a := &Agent{Layout: l, Log: log, Interval: interval, Metrics: reg,
 		Socket: l.OnRoot(l.AgentSocket()), TCPAddress: c.Agent.MetricsAddress}
 	a.Loops = append(a.Loops,

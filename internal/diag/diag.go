@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -51,6 +52,10 @@ var Names = []string{NameJoined, NameAPIServer, NameClientCert, NameClockSkew, N
 // are the running host's.
 type Env struct {
 	Layout layout.Layout
+	// Config is the node's config when it could be read: it says whether
+	// the node signs in with an Azure identity (see node.ClientConfig).
+	// Nil diagnoses with the kubelet's kubeconfig alone.
+	Config *config.Config
 	// Exec runs systemctl, machinectl and nsenter; nil runs them.
 	Exec hostos.Runner
 	// ProcDir is the host's /proc (routes of the machine's network

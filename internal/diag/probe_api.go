@@ -55,12 +55,12 @@ func (e *Env) apiServer(ctx context.Context) *apiProbe {
 
 func (e *Env) probeAPI(ctx context.Context) apiProbe {
 	var p apiProbe
-	cfg, err := node.HostClientConfig(e.machineRoot())
+	cfg, err := node.ClientConfig(e.Config, e.Layout, e.machineRoot())
 	if err != nil {
 		p.credErr = err
 		return p
 	}
-	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil
+	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil || (e.Config != nil && e.Config.Azure.Identity())
 	cfg.Timeout = e.probeTimeout()
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {

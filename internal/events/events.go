@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
 )
 
@@ -69,12 +71,14 @@ func New(nodeName string, client func() (kubernetes.Interface, error), log *slog
 		correlator: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{})}
 }
 
-// ForMachine records on Node nodeName with the credential of the kubelet
-// in the machine whose root (as this process opens it) machineRoot says at
-// each Event: after a repave the node runs in the other machine.
-func ForMachine(machineRoot func() string, nodeName string, log *slog.Logger) *Recorder {
+// ForMachine records on Node nodeName as the node: with its Azure
+// identity when c (which may be nil) has one, else with the credential of
+// the kubelet in the machine whose root (as this process opens it)
+// machineRoot says at each Event: after a repave the node runs in the
+// other machine.
+func ForMachine(c *config.Config, l layout.Layout, machineRoot func() string, nodeName string, log *slog.Logger) *Recorder {
 	return New(nodeName, func() (kubernetes.Interface, error) {
-		cfg, err := node.HostClientConfig(machineRoot())
+		cfg, err := node.ClientConfig(c, l, machineRoot())
 		if err != nil {
 			return nil, err
 		}

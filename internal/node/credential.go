@@ -2,11 +2,15 @@ package node
 
 import (
 	"fmt"
+	"net/http"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/identity"
+	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 // KubeletPKIDir holds the kubelet's client and serving certificates;
@@ -28,6 +32,33 @@ const maxKubeconfigFile = 1 << 20
 // lets it do and nothing more.
 func HostClientConfig(machineRoot string) (*rest.Config, error) {
 	return hostKubeconfig(KubeletKubeconf, machineRoot)
+}
+
+// ClientConfig is the node's own credential for use from the host, for
+// the node configured by c on layout l, whose machine is at machineRoot.
+// With an Azure identity it is a token for that identity from the host's
+// token cache, the one the kubelet's plugin shares: the kubelet's
+// kubeconfig names the plugin by its path inside the machine, which the
+// host cannot run. Otherwise (or with c nil) it is HostClientConfig.
+func ClientConfig(c *config.Config, l layout.Layout, machineRoot string) (*rest.Config, error) {
+	if c == nil || !c.Azure.Identity() {
+		return HostClientConfig(machineRoot)
+	}
+	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("config %s has no Azure identity", l.ConfigFile())
+	}
+	src := &identity.Source{Spec: s, Cache: identity.DirCache(l.OnRoot(l.IdentityDir()))}
+	return &rest.Config{
+		Host:            c.Node.Kubelet.ClusterFQDN,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM()},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return &identity.Transport{Source: src, Resource: identity.AKSServerID, Base: rt}
+		},
+	}, nil
 }
 
 // hostKubeconfig loads the kubelet's kubeconfig, at path inside the

@@ -3,7 +3,11 @@ package node
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 func TestHostKubeconfigResolvesLinksInsideMachine(t *testing.T) {
@@ -44,5 +48,38 @@ current-context: x
 	rc, err = hostKubeconfig("/kubelet.conf", mroot)
 	if err == nil && (string(rc.KeyData) == "HOSTSECRET" || string(rc.CertData) == "HOSTSECRET") {
 		t.Fatal("read a host file through a link in the machine")
+	}
+}
+
+// TestClientConfigSignsInAsTheIdentity: with an Azure identity the host's
+// client is a token for it (the kubelet's kubeconfig names the plugin by
+// a path inside the machine, which the host cannot run); without one, or
+// with no config, it is the kubelet's kubeconfig in the machine.
+func TestClientConfigSignsInAsTheIdentity(t *testing.T) {
+	root := t.TempDir()
+	l, err := layout.New(root, "/opt/aks-flex-node", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../../examples/acl-managed-identity.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse("acl-managed-identity.json", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mroot := t.TempDir() // no kubeconfig: the identity needs none
+	rc, err := ClientConfig(c, l, mroot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Host != c.Node.Kubelet.ClusterFQDN || rc.WrapTransport == nil || rc.ExecProvider != nil || len(rc.CAData) == 0 {
+		t.Fatalf("identity client config: host %q, wrapped %v, exec %v, CA %d bytes", rc.Host, rc.WrapTransport != nil, rc.ExecProvider, len(rc.CAData))
+	}
+	for _, cfg := range []*config.Config{nil, {}} {
+		if _, err := ClientConfig(cfg, l, mroot); err == nil || !strings.Contains(err.Error(), KubeletKubeconf) {
+			t.Errorf("without an identity: err %v, want the kubelet's kubeconfig named", err)
+		}
 	}
 }

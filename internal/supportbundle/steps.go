@@ -13,6 +13,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/diag"
 	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -33,7 +34,8 @@ func (c *collector) reports(ctx context.Context) error {
 	if err := c.addJSON("reports/status.json", "aks-flex-node status --output json", st, err); err != nil {
 		return err
 	}
-	rep := diag.Run(ctx, &diag.Env{Layout: l, Exec: c.o.Exec})
+	cfg, _ := config.Load(l.OnRoot(l.ConfigFile())) // how the node signs in; nil is fine
+	rep := diag.Run(ctx, &diag.Env{Layout: l, Config: cfg, Exec: c.o.Exec})
 	if err := c.addJSON("reports/debug.json", "aks-flex-node debug --output json", rep, nil); err != nil {
 		return err
 	}
