@@ -127,4 +127,3 @@ type Kubelet struct {
 	ImageGCHighThreshold int    `json:"imageGCHighThreshold"`
 	ImageGCLowThreshold  int    `json:"imageGCLowThreshold"`
 }
-
