@@ -78,7 +78,7 @@ Exit status: 0 rendered, 1 the output could not be written, 2 invalid input.`,
 			if err != nil {
 				return fmt.Errorf("ignition render: read config: %w", err)
 			}
-			c, err := loadConfig(path)
+			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -38,7 +38,7 @@ reported as warnings with --ignore-preflight-errors.`,
 			if err := opts.Validate(preflight.DefaultNames); err != nil {
 				return invalid(err)
 			}
-			c, err := loadConfig(path)
+			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

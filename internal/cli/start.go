@@ -53,6 +53,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: the config is invalid; nothing was changed")
 				return invalid(fmt.Errorf("start: %w", err))
 			}
+			printNotes(cmd.ErrOrStderr(), path, c)
 			l, err := c.Layout("/", path)
 			if err != nil {
 				return invalid(err)
