@@ -85,9 +85,12 @@ func newConfigMigrateCommand() *cobra.Command {
 // writeMigrateReport says what migrate did, what it left, and whether the
 // result loads.
 func writeMigrateReport(w io.Writer, m *config.Migration, from, dest string) {
-	if !m.Changed() {
+	switch {
+	case !m.Changed() && len(m.Refused) == 0:
 		fmt.Fprintf(w, "%s is already in aks-flex-node's schema: nothing to change\n", from)
-	} else {
+	case !m.Changed():
+		fmt.Fprintf(w, "%s: nothing that migrate can change\n", from)
+	default:
 		fmt.Fprint(w, m.Diff(from, dest))
 		fmt.Fprintln(w, "changed:")
 		for _, c := range m.Changes {

@@ -164,7 +164,8 @@ func (mg *migrator) walk(n *jsonNode, path string) {
 			if k.DropWhen != DropAlways {
 				why = compact(child) + " is what aks-flex-node does"
 			}
-			mg.change("removed %s (in upstream it %s; %s)", p, k.Did, why)
+			did := strings.TrimSuffix(k.Did, oldSchema)
+			mg.change("removed %s (upstream: it %s; %s)", p, did, why)
 		case k.Outcome == Refused:
 			mg.refuse(p, n.keyOff[indexOf(n.keys, key)], k.Message())
 		case p == "agent.machineReconcileInterval" && child.kind == kindNumber:

@@ -64,7 +64,11 @@ type UpstreamKey struct {
 // Message is the refusal's text (without the key, which the error's path
 // carries).
 func (k UpstreamKey) Message() string {
-	msg := k.Did + " in upstream AKS Flex Node; " + k.Not
+	msg := k.Did
+	if !strings.Contains(msg, "upstream AKS Flex Node") {
+		msg += " in upstream AKS Flex Node"
+	}
+	msg += "; " + k.Not
 	switch k.DropWhen {
 	case "":
 	case DropAlways:
@@ -87,7 +91,7 @@ const (
 	noARM      = "aks-flex-node does not talk to Azure Resource Manager: the cluster comes from node.kubelet.clusterFQDN and caCertData"
 	noMachine  = "aks-flex-node keeps no AKS machine resource"
 	noHostRt   = "aks-flex-node does not configure host routes"
-	oldSchema  = " in upstream's pre-RP schema (ignored there since)"
+	oldSchema  = " in upstream AKS Flex Node's pre-RP schema (ignored there since)"
 	noKubelet  = "aks-flex-node does not set it; the kubelet's own default applies"
 	fixedPaths = "aks-flex-node fixes these paths (agent.hostPrefix chooses the install prefix)"
 )
@@ -101,8 +105,8 @@ var UpstreamKeys = []UpstreamKey{
 	{Key: "azure.cloud", Value: "AzureUSGovernment", Outcome: Mapped, To: "azure.cloud", ToValue: "AzureUSGovernmentCloud", Sample: `"AzureUSGovernment"`, SampleTo: "AzureUSGovernmentCloud"},
 	{Key: "azure.cloud", Value: "AzureGovernmentCloud", Outcome: Mapped, To: "azure.cloud", ToValue: "AzureUSGovernmentCloud", Sample: `"AzureGovernmentCloud"`, SampleTo: "AzureUSGovernmentCloud"},
 	{Key: "azure.resourceManagerEndpoint", Outcome: Refused, Did: "is the ARM endpoint of the machine client", Not: noARM, DropWhen: DropAlways, Sample: `"https://management.azure.com"`},
-	{Key: "azure.targetAgentPoolName", Outcome: Refused, Did: "names the AKS agent pool the machine resource is registered in", Not: noMachine, DropWhen: DropAlways, Sample: `"aksflexnodes"`},
-	{Key: "azure.targetCluster.resourceId", Outcome: Refused, Did: "is the ARM ID of the cluster, from which the machine client learns it", Not: noARM, DropWhen: DropAlways, Sample: `"/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"`},
+	{Key: "azure.targetAgentPoolName", Outcome: Refused, Did: "names the AKS agent pool that holds the machine resource", Not: noMachine, DropWhen: DropAlways, Sample: `"aksflexnodes"`},
+	{Key: "azure.targetCluster.resourceId", Outcome: Refused, Did: "is the cluster's ARM ID, which the machine client reads the cluster from", Not: noARM, DropWhen: DropAlways, Sample: `"/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"`},
 	{Key: "azure.targetCluster.location", Outcome: Refused, Did: "is the cluster's region (the old schema's Arc and node resource group default)", Not: noARM, DropWhen: DropAlways, Sample: `"eastus"`},
 	{Key: "azure.authorityHost", Outcome: Ours, Here: "the Entra authority for sovereign and private clouds", Sample: `"https://login.microsoftonline.us/"`},
 	{Key: "azure.bootstrapToken.token", Outcome: Implemented, Here: "never combined with an Azure identity here (upstream uses the identity to register the machine resource)", Sample: `"abcdef.0123456789abcdef"`},
@@ -127,7 +131,7 @@ var UpstreamKeys = []UpstreamKey{
 	{Key: "agent.machineClient.endpointUrl", Outcome: Refused, Did: "is the endpoint the machine client reads the AKS machine resource from", Not: noMachine, Sample: `"https://proxy.example.test"`},
 	{Key: "agent.requireMachineRegistration", Outcome: Refused, Did: "fails bootstrap when the AKS machine resource cannot be registered", Not: noMachine, DropWhen: `false`, Sample: `true`},
 	{Key: "agent.machineOperationMode", Outcome: Refused, Did: "handles Machina MachineOperation resources (reboot, repave) when auto", Not: "aks-flex-node does not", DropWhen: `"disable"`, Sample: `"auto"`},
-	{Key: "agent.e2eMode", Outcome: Refused, Did: "reads the AKS machine resource from a local file, for upstream's tests" + oldSchema, Not: noMachine, DropWhen: `false`, Sample: `true`},
+	{Key: "agent.e2eMode", Outcome: Refused, Did: "reads the AKS machine resource from a local file (for tests)" + oldSchema, Not: noMachine, DropWhen: `false`, Sample: `true`},
 	{Key: "agent.enableDriftDetectionAndRemediation", Outcome: Refused, Did: "detects Kubernetes version drift and repaves the node" + oldSchema, Not: "aks-flex-node upgrades only when told (agent-upgrade)", DropWhen: `false`, Sample: `true`},
 	{Key: "agent.kubeconfigData", Outcome: Refused, Did: "gives the host agent an embedded kubeconfig", Not: "aks-flex-node's agent uses the node's own credentials", Sample: `"YXBpVmVyc2lvbjogdjE="`},
 	// components
