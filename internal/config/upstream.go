@@ -74,7 +74,7 @@ func (k UpstreamKey) Message() string {
 	case DropAlways:
 		msg += "; run `" + migrateHint + "` to remove it"
 	default:
-		msg += fmt.Sprintf("; remove it (%s is what aks-flex-node does): `%s` removes it", k.DropWhen, migrateHint)
+		msg += fmt.Sprintf("; remove it (`%s` does when it is %s, which is what aks-flex-node does)", migrateHint, k.DropWhen)
 	}
 	return msg
 }
