@@ -1,6 +1,7 @@
 // Package config owns the public JSON configuration of aks-flex-node: its
 // schema, strict decoding, defaults, validation, and the lookup that entry
-// points started by systemd use to find the layout.
+// points started by systemd use to find the layout; and what becomes of
+// upstream AKS Flex Node's keys (upstream.go) and their rewrite (Migrate).
 package config
 
 import "github.com/Azure/aks-flex-node/internal/layout"
