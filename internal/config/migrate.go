@@ -92,15 +92,24 @@ func holdsSecret(root *jsonNode) bool {
 	return false
 }
 
-// problems loads the output and keeps what the refusals do not already say.
+// problems loads the output without its refused keys (which Refused
+// already lists), so that everything else wrong shows at once.
 func problems(out []byte, refused []FieldError) []string {
+	if len(refused) > 0 {
+		root, err := parseTree(out)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		for _, r := range refused {
+			removePath(root, r.Path)
+		}
+		var b bytes.Buffer
+		writeNode(&b, root, "")
+		out = b.Bytes()
+	}
 	_, err := Parse("", out)
 	if err == nil {
 		return nil
-	}
-	skip := map[string]bool{}
-	for _, r := range refused {
-		skip[r.Path] = true
 	}
 	var lines []string
 	var de DecodeErrors
@@ -108,9 +117,11 @@ func problems(out []byte, refused []FieldError) []string {
 	switch {
 	case errors.As(err, &de):
 		for _, e := range de {
-			if !skip[e.Path] {
-				lines = append(lines, e.Error())
+			if len(refused) > 0 {
+				// Positions in the stripped copy are not the file's.
+				e = &DecodeError{Path: e.Path, Msg: e.Msg}
 			}
+			lines = append(lines, e.Error())
 		}
 	case errors.As(err, &ve):
 		for _, e := range ve {
@@ -245,15 +256,17 @@ func setField(obj *jsonNode, key string, v *jsonNode) {
 
 // remove deletes the key at path and then every object that removing it
 // left empty.
-func (mg *migrator) remove(path string) {
+func (mg *migrator) remove(path string) { removePath(mg.root, path) }
+
+func removePath(root *jsonNode, path string) {
 	for path != "" {
 		parentPath, key := "", path
 		if i := strings.LastIndex(path, "."); i >= 0 {
 			parentPath, key = path[:i], path[i+1:]
 		}
-		parent := mg.root
+		parent := root
 		if parentPath != "" {
-			parent = lookup(mg.root, parentPath)
+			parent = lookup(root, parentPath)
 		}
 		if parent == nil || parent.kind != kindObject {
 			return
