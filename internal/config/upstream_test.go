@@ -316,3 +316,26 @@ func TestREADMEUpstreamTable(t *testing.T) {
 	}
 	t.Errorf("README.md's upstream key table differs from UpstreamKeys; run go test ./internal/config -run TestREADMEUpstreamTable -update")
 }
+
+func TestMigrateRedactsAndMarksSecrets(t *testing.T) {
+	doc := []byte(`{"azure": {"subscriptionId": "x", "servicePrincipal": {"clientId": "c", "clientSecret": "hunter2-secret"}}}`)
+	m, err := Migrate(doc, MigrateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Secret || strings.Contains(m.Diff("a", "b"), "hunter2") || !strings.Contains(m.Diff("a", "b"), `-    "subscriptionId": "x",`) {
+		t.Errorf("secret %v, diff:\n%s", m.Secret, m.Diff("a", "b"))
+	}
+	if !strings.Contains(string(m.Output), "hunter2-secret") {
+		t.Errorf("the output must keep the secret: %s", m.Output)
+	}
+	m, err = Migrate([]byte(`{"npd": {"version": "v1"}}`), MigrateOptions{})
+	if err != nil || m.Secret || string(m.Output) != "{}\n" {
+		t.Errorf("got %v %v %q", err, m.Secret, m.Output)
+	}
+	for _, bad := range []string{"", "[]", `{"a": 1, "a": 2}`, "{"} {
+		if _, err := Migrate([]byte(bad), MigrateOptions{}); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
