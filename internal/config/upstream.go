@@ -137,7 +137,7 @@ var UpstreamKeys = []UpstreamKey{
 	// components
 	{Key: "components.kubernetes", Outcome: Implemented, Here: "default 1.35.0; upstream has none (its generator writes the cluster's version)", Sample: `"v1.35.0"`},
 	{Key: "components.containerd", Outcome: Implemented, Here: "default " + DefaultContainerdVersion + "; upstream's agent pins 2.1.8 (2.0.4 earlier): the containerd config aks-flex-node writes is in the version-2 format, which containerd 1.7 reads as it is (2.x converts it at every start)", Sample: `"1.7.28"`},
-	{Key: "components.runc", Outcome: Implemented, Here: "default " + DefaultRuncVersion + ", the runc containerd 1.7.28 is released with; upstream's config defaults to 1.1.12 and its agent to 1.5.0", Sample: `"1.3.0"`},
+	{Key: "components.runc", Outcome: Implemented, Here: "default " + DefaultRuncVersion + ", the runc release containerd 1.7.28 sets up for its own tests (script/setup/runc-version); upstream's config defaults to 1.1.12 and its agent to 1.5.0", Sample: `"1.3.0"`},
 	{Key: "components.sandboxImage", Outcome: Implemented, Here: "default pause:3.10; upstream's agent uses pause:3.9. The pause image only holds a pod's namespaces, so any recent tag serves; an offline bundle brings its own", Sample: `"mcr.microsoft.com/oss/kubernetes/pause:3.10"`},
 	{Key: "components.gantry.disabled", Outcome: Refused, Did: "turns off the shared agent's Gantry registry routing", Not: "aks-flex-node has no Gantry", DropWhen: `true`, Sample: `false`},
 	// bootstrap
