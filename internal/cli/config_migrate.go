@@ -16,11 +16,12 @@ const migrateLong = `Rewrite an upstream AKS Flex Node config.json into aks-flex
 Upstream's legacy keys move to their names here (kubernetes.version to
 components.kubernetes, node.kubelet.serverURL to node.kubelet.clusterFQDN,
 ...), upstream's names of the US Government cloud become
-AzureUSGovernmentCloud, and upstream keys that aks-flex-node has no use for
-are removed when they only describe what it does anyway (the ARM keys
-upstream's generator writes, npd.version, agent.requireMachineRegistration
-false, ...). Every other upstream key is kept and listed as refused: it does
-something upstream that aks-flex-node does not, so removing it is your call.
+AzureUSGovernmentCloud, and upstream keys are removed when aks-flex-node
+has no use for them (the ARM keys upstream's generator writes, npd.version)
+or when their value states what it does anyway (agent.requireMachineRegistration
+false, paths at their defaults, ...). Every other upstream key is kept and
+listed as refused: it does something upstream that aks-flex-node does not,
+so removing it is your call.
 agent.hostPrefix stays unset unless --host-prefix gives it.
 
 The report (a unified diff of what changed, secrets redacted, the changes,
