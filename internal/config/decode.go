@@ -298,7 +298,7 @@ func checkNode(st *decodeState, n *jsonNode, t reflect.Type, path string) {
 	fail := st.fail
 	want := func(k jsonKind, what string) bool {
 		if n.kind != k {
-			fail(n.offset, path, fmt.Sprintf("must be %s, found %s", what, n.kind))
+			fail(n.offset, path, fmt.Sprintf("must be %s, found %s%s", what, n.kind, upstreamTypeHint(path, n.kind)))
 			return false
 		}
 		return true

@@ -111,3 +111,11 @@ func withFile(msg, file string) string {
 	}
 	return strings.ReplaceAll(msg, migrateHint, strings.Replace(migrateHint, "FILE", file, 1))
 }
+
+// upstreamTypeHint explains a wrong type that is upstream's right one.
+func upstreamTypeHint(path string, found jsonKind) string {
+	if path == "agent.machineReconcileInterval" && found == kindNumber {
+		return " (upstream's nanoseconds; `" + migrateHint + "` writes it as a duration)"
+	}
+	return ""
+}

@@ -211,11 +211,12 @@ func TestUpstreamTableCounts(t *testing.T) {
 
 func TestUnknownKeysKeepDidYouMean(t *testing.T) {
 	for doc, want := range map[string]string{
-		`{"kubernetes": {"versoin": "1.35.0"}}`: "kubernetes.versoin: unknown key; did you mean kubernetes.version?",
-		`{"hostRouting": {"zzz": 1}}`:           "hostRouting.zzz: unknown key (upstream's keys here: routeOverlap, staticRoutes)",
-		`{"azure": {"subscriptionID": "x"}}`:    "azure.subscriptionID: unknown key",
-		`{"kubernetes": "1.35.0"}`:              "kubernetes: must be an object, found a string",
-		`{"cni": {"version": 1}}`:               "cni.version: must be a string, found a number",
+		`{"kubernetes": {"versoin": "1.35.0"}}`:                 "kubernetes.versoin: unknown key; did you mean kubernetes.version?",
+		`{"hostRouting": {"zzz": 1}}`:                           "hostRouting.zzz: unknown key (upstream's keys here: routeOverlap, staticRoutes)",
+		`{"azure": {"subscriptionID": "x"}}`:                    "azure.subscriptionID: unknown key",
+		`{"kubernetes": "1.35.0"}`:                              "kubernetes: must be an object, found a string",
+		`{"cni": {"version": 1}}`:                               "cni.version: must be a string, found a number",
+		`{"agent": {"machineReconcileInterval": 600000000000}}`: "agent.machineReconcileInterval: must be a string, found a number (upstream's nanoseconds; `aks-flex-node config migrate --from FILE` writes it as a duration)",
 	} {
 		_, err := Decode([]byte(doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
