@@ -32,7 +32,7 @@ test: deps build
 	@log=$$(mktemp); status=0; \
 	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m ./tokenrefresh/) >"$$log" 2>&1 & bg=$$!; \
 	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./... || status=1; \
-	$(GO) test -count=1 -tags failpoints ./internal/failpoint/ || status=1; \
+	$(GO) test -count=1 -tags failpoints ./internal/failpoint/ ./internal/task/ || status=1; \
 	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v /tokenrefresh)) || status=1; \
 	wait $$bg || status=1; cat "$$log"; rm -f "$$log"; exit $$status
 
@@ -47,8 +47,25 @@ lint:
 	shellcheck $(SCRIPTS)
 	$(GO) test -count=1 -run '^TestRenderedScriptShellcheck$$' ./internal/upgrade/
 
+# Every fuzz target of the module, each for FUZZTIME (not part of make
+# test). Targets are found per package with go test -list, so a new Fuzz
+# function runs here without editing this file. The last lines sum up each
+# target: execs, time, and corpus size (total: seed corpus + what the
+# fuzzer kept). FUZZMINIMIZETIME bounds the minimising of each new input,
+# which otherwise takes most of a short run.
+FUZZTIME ?= 30s
+FUZZMINIMIZETIME ?= 5s
+IDLE_SECONDS ?= 0
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzValidatePrefix -fuzztime 30s ./internal/layout/
+	@set -eo pipefail; summary=""; \
+	for pkg in $$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz' || true); do \
+			echo "fuzz $$target ($$pkg) for $(FUZZTIME)"; \
+			out=$$($(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) "$$pkg" 2>&1) || { echo "$$out"; exit 1; }; \
+			summary="$$summary$$target $${pkg#github.com/Azure/aks-flex-node/}: $$(echo "$$out" | grep '^fuzz: elapsed' | tail -1 | sed 's/^fuzz: //')\n"; \
+		done; \
+	done; \
+	printf "%b" "$$summary"
 
 # The main job: an ACL-like host (read-only /usr, agent.hostPrefix
 # /opt/aks-flex-node) joins a local control plane through install.sh and
@@ -61,10 +78,13 @@ demo: deps
 		$(GO) test -count=1 -timeout 60m -v -run '^TestJoin$$' ./join/ | grep -vE '^\s+(boot|diagnostics)\.go'
 
 # Join figures: time from start to Ready (split by task), the converged
-# re-run, and the agent's idle RSS, for both scenarios.
+# re-run for each source kind (local dir, file://, oci://) with the bytes
+# it hashed as start counts them, and the agent's idle RSS, for both
+# scenarios. IDLE_SECONDS=600 also measures the agent's CPU on the joined
+# node over that long.
 bench-join: deps
 	test/e2e/build-k8s.sh >/dev/null
-	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
+	cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_IDLE_SECONDS=$(IDLE_SECONDS) $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
 
 # Offline bundle figures: build and verify throughput next to sha256sum on
 # the same files, and the peak RSS of a verifying process

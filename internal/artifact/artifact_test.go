@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -490,5 +491,41 @@ func TestFetchRejectsChecksumMismatch(t *testing.T) {
 	ds[0].URL += "-missing"
 	if err := Fetch(context.Background(), transport.Policy{}, ds[:1], t.TempDir()); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("404: %v", err)
+	}
+}
+
+// An install killed half-way leaves its temp files next to their targets
+// (the crash matrix found .kubelet.tmp-* in a converged node); the next
+// install removes them.
+func TestInstallRemovesTempFilesAKilledInstallLeft(t *testing.T) {
+	ctx := context.Background()
+	dir := makeBundle(t, testComponents)
+	root := t.TempDir()
+	stale := []string{
+		"usr/local/bin/.kubelet.tmp-3134283897", "usr/local/sbin/.runc.tmp-1",
+		"opt/cni/bin/.bridge.tmp-2", "var/lib/aks-flex-node/images/.pause.tar.tmp-3",
+	}
+	for _, p := range stale {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := filepath.Join(root, "usr/local/bin/.hidden-but-not-ours")
+	if err := os.WriteFile(keep, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(ctx, dir, root, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range stale {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a file that is not a temp file was removed: %v", err)
 	}
 }

@@ -67,6 +67,9 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 	if fi, err := os.Stat(machineRoot); err != nil || !fi.IsDir() {
 		return task.Result{}, fmt.Errorf("machine rootfs %s does not exist: provision the machine first", machineRoot)
 	}
+	if err := removeStaleTemps(machineRoot); err != nil {
+		return task.Result{}, err
+	}
 	in := &installer{ctx: ctx, dir: dir, machineRoot: machineRoot, log: log}
 	for _, f := range m.Files {
 		var err error
@@ -99,6 +102,53 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 		Changed: in.changed > 0,
 		Detail:  fmt.Sprintf("%d files from %s in %s, %d changed", in.files, dir, machineRoot, in.changed),
 	}, nil
+}
+
+// installDirs are the machine directories Install writes into.
+var installDirs = []string{nodedirs.Bin, nodedirs.Sbin, nodedirs.CNIBin, nodedirs.ImageArchives}
+
+// removeStaleTemps removes the temp files an install killed half-way left
+// next to their targets (writeTemp's ".<name>.tmp-*"): a re-run renames
+// new ones into place and would leave those behind for good. Installs run
+// under the node lock (start holds it), so no other install is writing
+// one of them now. Each directory is opened confined to the rootfs, so a
+// link in the machine cannot point the removal at the host.
+func removeStaleTemps(machineRoot string) error {
+	for _, dir := range installDirs {
+		d, err := fsroot.OpenDir(machineRoot, dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		err = removeTempsIn(d)
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("remove a killed install's temp files in %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+func removeTempsIn(d *os.Root) error {
+	f, err := d.Open(".")
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if ok, _ := filepath.Match(".*.tmp-*", n); !ok {
+			continue
+		}
+		if err := d.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // target resolves machine directory dir inside the rootfs, creating it,

@@ -4,8 +4,9 @@
 // its .sha256 sidecar, installation into a machine rootfs, verified
 // downloads from the upstream release sites into the same layout, and
 // staging for start (stage.go): where a bundle is staged on the host, the
-// verified-once cache and the components stamp that spare a converged
-// re-run from hashing it again.
+// verified-once cache, the verification records (record.go) that spare a
+// converged re-run from hashing it again, and the components stamp that
+// spares it from installing again.
 package artifact
 
 import (

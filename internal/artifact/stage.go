@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,9 +24,10 @@ import (
 // files, are staged under the layout's bundles dir. Whatever the source,
 // the bundle is verified in full before anything else on the host
 // changes, and hashed at most once per process: preflight's check, the
-// stage and the install share one Stager. A bundle unchanged since the
-// last verified install (the components stamp, stamp.go) is not hashed at
-// all.
+// stage and the install share one Stager. A bundle unchanged since it was
+// last hashed (its verification record, record.go) is not hashed at all,
+// and one whose installed files are unchanged too (the components stamp,
+// stamp.go) is not installed again.
 
 // StagedMarker in a staged registry bundle records the artifact digest it
 // was pulled and verified from.
@@ -67,6 +69,11 @@ type verifiedBundle struct {
 	want     Components
 	stamp    []fileStamp
 	manifest *Manifest
+	how      Verification
+	// manifestSum and recorded: what its verification record needs,
+	// and whether it was saved (record.go).
+	manifestSum string
+	recorded    bool
 }
 
 func (s *Stager) arch() string {
@@ -176,6 +183,12 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 			return Staged{}, fmt.Errorf("remove staged bundle %s that does not verify: %w", staged, err)
 		}
 	}
+	// A pull killed half-way left temp files; the resumed pull renames
+	// new ones into place and would keep those for good. Stage runs
+	// under the node lock (start holds it): no other pull writes here.
+	if err := removeTempFiles(dir); err != nil {
+		return Staged{}, fmt.Errorf("staged bundle %s: %w", staged, err)
+	}
 	start := time.Now()
 	n, err := reg.Pull(ctx, rem, dir)
 	if err != nil {
@@ -192,14 +205,32 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 	return Staged{Dir: dir, Pulled: true}, nil
 }
 
-// Verify is the full check of a bundle dir (a path this process opens)
-// against Want: what preflight runs and what Stage requires before start
-// touches the host. A bundle unchanged since the last verified install,
-// or since this process verified it, is not hashed again.
-func (s *Stager) Verify(ctx context.Context, dir string) error {
-	if s.Unchanged(dir) {
+// removeTempFiles removes the temp files writeStream and writeTemp make
+// (".<name>.tmp-*") anywhere under dir; a missing dir has none.
+func removeTempFiles(dir string) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			if ok, _ := filepath.Match(".*.tmp-*", d.Name()); ok {
+				return os.Remove(p)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
+	return err
+}
+
+// Verify is the full check of a bundle dir (a path this process opens)
+// against Want: what preflight runs and what Stage requires before start
+// touches the host. A bundle whose verification record matches
+// (record.go), or that this process verified and that did not change
+// since, is not hashed again.
+func (s *Stager) Verify(ctx context.Context, dir string) error {
 	_, err := s.verify(ctx, dir)
 	return err
 }
@@ -220,24 +251,37 @@ func (s *Stager) Inspect(ctx context.Context, ref string) error {
 }
 
 // verify verifies dir in full and returns its manifest, unless this
-// process already did and no file of it changed since (the same stamp as
-// the components stamp: size, mtime, ctime, inode).
+// process already did, or its verification record says it was, and no
+// file of it changed since (device, inode, size, mtime, ctime).
 func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
-	if v := s.verified; v != nil && v.dir == dir && v.want == s.Want {
+	key := bundleKey(dir)
+	if v := s.verified; v != nil && v.dir == key && v.want == s.Want {
 		if cur, err := stampBundle(dir); err == nil && slices.Equal(cur, v.stamp) {
 			return v.manifest, nil
 		}
 	}
 	s.verified = nil
-	stamp, stampErr := stampBundle(dir) // before hashing: a change during it breaks the stamp
+	if m, rec, ok := s.fromRecord(key); ok {
+		mp := filepath.Join(dir, ManifestName)
+		if ps := append(versionProblems(m, mp, s.Want, s.arch()), layoutProblems(m, mp)...); len(ps) > 0 {
+			return nil, Problems(ps)
+		}
+		s.verified = &verifiedBundle{dir: key, want: s.Want, stamp: rec.Files, manifest: m, how: Verification{Since: rec.VerifiedAt}}
+		return m, nil
+	}
+	// Before hashing: a change during it breaks the stamp and the record.
+	stamp, stampErr := stampBundle(dir)
+	sum, _, sumErr := manifestDigest(dir)
 	start := time.Now()
 	m, ps := VerifyFor(ctx, dir, s.Want, s.arch())
 	if len(ps) > 0 {
+		s.dropRecord(key)
 		return nil, Problems(ps)
 	}
 	s.log().Debug("verified bundle", "dir", dir, "files", len(m.Files)+len(m.Legal), "duration", time.Since(start).Round(time.Millisecond))
-	if stampErr == nil {
-		s.verified = &verifiedBundle{dir: dir, want: s.Want, stamp: stamp, manifest: m}
+	if stampErr == nil && sumErr == nil {
+		s.verified = &verifiedBundle{dir: key, want: s.Want, stamp: stamp, manifest: m, how: Verification{Since: start, Now: true}, manifestSum: sum}
+		s.recordVerified()
 	}
 	return m, nil
 }

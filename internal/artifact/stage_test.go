@@ -76,7 +76,8 @@ func TestStageOCI(t *testing.T) {
 	if !st.Pulled || !strings.HasPrefix(dir, l.OnRoot("/var/lib/aks-flex-node/bundles/oci-")) {
 		t.Fatalf("staged %+v, want pulled under the state dir", st)
 	}
-	if len(tracked) != 2 || tracked[0] != l.BundlesDir() || l.OnRoot(tracked[1]) != dir {
+	// Then the verification record (record.go).
+	if len(tracked) != 4 || tracked[0] != l.BundlesDir() || l.OnRoot(tracked[1]) != dir || tracked[2] != l.StateDir()+"/"+RecordDir {
 		t.Errorf("tracked %q before creating %s", tracked, dir)
 	}
 	if ps := Verify(ctx, dir, testComponents); len(ps) > 0 {
@@ -256,5 +257,37 @@ func TestComponentsStampFollowsBundleLinks(t *testing.T) {
 	_ = os.Remove(outside)
 	if s.Unchanged(bundle) {
 		t.Fatal("a dangling link in the bundle read as unchanged")
+	}
+}
+
+// A pull killed half-way leaves a temp file next to the file it was
+// writing (the crash matrix found .kubelet.tmp-* in a converged node's
+// staged bundle); the resumed pull removes it.
+func TestStageOCIRemovesTempFilesOfAKilledPull(t *testing.T) {
+	ctx := context.Background()
+	host := testRegistry(t, nil)
+	src := "oci://" + host + "/aks-flex/bootstrap-artifacts:k8s-{{ .KubernetesVersion }}"
+	if _, err := (Registry{}).Push(ctx, builtBundle(t), strings.ReplaceAll(src, "{{ .KubernetesVersion }}", testComponents.Kubernetes)); err != nil {
+		t.Fatal(err)
+	}
+	s := testStager(t, src, nil)
+	st, err := s.Stage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a kill during the pull leaves it: no marker, a temp file.
+	if err := os.Remove(filepath.Join(st.Dir, StagedMarker)); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := filepath.Join(st.Dir, kubeletPath(testComponents))
+	tmp := filepath.Join(filepath.Dir(kubelet), "."+filepath.Base(kubelet)+".tmp-1706900242")
+	if err := os.WriteFile(tmp, []byte("half a kubelet"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("the killed pull's temp file is still there: %v", err)
 	}
 }

@@ -17,8 +17,8 @@ import (
 
 // A converged re-run must not re-hash hundreds of megabytes of node
 // components. After a successful verify and install, start records a stamp
-// of every bundle file and every installed file: size, mtime, ctime and
-// inode. When all of them are unchanged the bundle is not hashed again.
+// of every bundle file and every installed file: device, inode, size,
+// mtime and ctime. When all of them are unchanged the bundle is not hashed again.
 // ctime cannot be set back by a user, so any rewrite of a file, even one
 // that restores its mtime, breaks the stamp and forces a full verification
 // (within the kernel's timestamp granularity, a few milliseconds).
@@ -41,6 +41,9 @@ type fileStamp struct {
 	Mtime int64  `json:"mtime"`
 	Ctime int64  `json:"ctime"`
 	Ino   uint64 `json:"ino"`
+	// Dev: the same inode number on another filesystem (a bundle dir
+	// remounted or replaced by a mount) is another file.
+	Dev uint64 `json:"dev"`
 }
 
 func stampOf(p string, fi fs.FileInfo) (fileStamp, bool) {
@@ -48,7 +51,7 @@ func stampOf(p string, fi fs.FileInfo) (fileStamp, bool) {
 	if !ok {
 		return fileStamp{}, false
 	}
-	return fileStamp{Path: p, Size: fi.Size(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino}, true
+	return fileStamp{Path: p, Size: fi.Size(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino, Dev: uint64(st.Dev)}, true //nolint:unconvert // Dev is uint32 on some arches
 }
 
 // stampBundle stats every file of the bundle in dir, as Verify reads it.
@@ -189,7 +192,7 @@ func (s *Stager) Unchanged(bundleDir string) bool {
 		return false
 	}
 	var old stampFile
-	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleDir || old.Want != s.Want {
+	if json.Unmarshal(data, &old) != nil || old.Bundle != bundleKey(bundleDir) || old.Want != s.Want {
 		return false
 	}
 	cur, err := s.stampComponents(bundleDir)
@@ -209,7 +212,7 @@ func (s *Stager) saveStamp(bundleDir string) error {
 	// changed after install read it then breaks the stamp.
 	var files []fileStamp
 	var err error
-	if v := s.verified; v != nil && v.dir == bundleDir && v.want == s.Want {
+	if v := s.verified; v != nil && v.dir == bundleKey(bundleDir) && v.want == s.Want {
 		files, err = s.withInstalled(v.stamp)
 	} else {
 		files, err = s.stampComponents(bundleDir)
@@ -217,13 +220,16 @@ func (s *Stager) saveStamp(bundleDir string) error {
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(stampFile{Bundle: bundleDir, Want: s.Want, Files: files})
+	data, err := json.Marshal(stampFile{Bundle: bundleKey(bundleDir), Want: s.Want, Files: files})
 	if err != nil {
 		return err
 	}
 	if err := s.track(filepath.Join(s.Layout.StateDir(), componentsStamp)); err != nil {
 		return err
 	}
-	_, err = fsutil.WriteFile(s.stampPath(), data, 0o600)
-	return err
+	if _, err = fsutil.WriteFile(s.stampPath(), data, 0o600); err != nil {
+		return err
+	}
+	s.recordVerified() // now that there is a state dir
+	return nil
 }

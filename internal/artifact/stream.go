@@ -40,6 +40,7 @@ func copyHashed(ctx context.Context, w io.Writer, r io.Reader) (string, int64, e
 	}
 	// ctxReader hides WriterTo/ReaderFrom, so the pooled buffer is used.
 	n, err := io.CopyBuffer(dst, ctxReader{ctx, r}, *bp)
+	hashedBytes.Add(n)
 	if err != nil {
 		return "", n, err
 	}
@@ -82,6 +83,7 @@ func newHashReader(r io.Reader) *hashReader { return &hashReader{r, sha256.New()
 func (h *hashReader) Read(p []byte) (int, error) {
 	n, err := h.r.Read(p)
 	h.h.Write(p[:n])
+	hashedBytes.Add(int64(n))
 	return n, err
 }
 

@@ -1,7 +1,6 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -35,12 +34,11 @@ func (t *importImages) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		return task.Result{}, fmt.Errorf("containerd in %s not answering after 1m; %s", m.Name, m.logHint("containerd"))
 	}
-	// ImportImages skips archives already present; tell the two apart
-	// by asking before and after.
-	before, _ := m.exec(ctx, node.CtrBinary, "-n", "k8s.io", "images", "ls", "-q")
-	if err := node.ImportImages(ctx, m.Root(), m.exec, archives); err != nil {
+	// Archives already imported are skipped without listing the images
+	// again: on a converged host this task runs ctr twice in all.
+	changed, err := node.ImportImagesChanged(ctx, m.Root(), m.exec, archives)
+	if err != nil {
 		return task.Result{}, err
 	}
-	after, _ := m.exec(ctx, node.CtrBinary, "-n", "k8s.io", "images", "ls", "-q")
-	return task.Result{Changed: !bytes.Equal(before, after), Detail: fmt.Sprintf("%d archive(s)", len(archives))}, nil
+	return task.Result{Changed: changed, Detail: fmt.Sprintf("%d archive(s)", len(archives))}, nil
 }

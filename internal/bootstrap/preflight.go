@@ -45,14 +45,17 @@ func (e *RefusedError) Error() string {
 
 // WireChecks plugs the run's stager and provisioner into env's
 // artifact-sources and worker-image checks: a local bundle is verified in
-// full (unless unchanged since start last verified it), a registry one is
+// full (unless its verification record shows it unchanged), a registry one is
 // inspected without downloading, and the worker image is resolved under
 // the transport policy. Either way a bad source stops start before it
 // touches the host; a bundle preflight verified is not hashed again by
 // stage or install, and the image preflight resolved is the one
 // provision-machine unpacks.
 func (s *Start) WireChecks(env *preflight.Env) {
-	env.VerifyOfflineArtifacts = s.stager.Verify
+	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) (string, error) {
+		v, err := s.stager.VerifyQuick(ctx, dir)
+		return v.String(), err
+	}
 	env.InspectOfflineArtifacts = s.stager.Inspect
 	root := s.opts.Layout.Root()
 	env.ResolveImage = func(ctx context.Context, ref string) (preflight.ResolvedImage, error) {

@@ -11,14 +11,18 @@ import (
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
 	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
-// keepInStateDir survives reset: it belongs to install.sh, and
-// uninstall.sh needs it to remove the binary reset keeps.
-var keepInStateDir = map[string]bool{"install-record": true}
+// keepInStateDir survives reset: the install record belongs to install.sh,
+// and uninstall.sh needs it to remove the binary reset keeps; the node lock
+// is held by this reset, and removing it under the holder would let a
+// second holder in (its Release removes it, and the state dir if that
+// leaves it empty).
+var keepInStateDir = map[string]bool{"install-record": true, nodelock.FileName: true}
 
 type removeTrackedPaths struct {
 	layout layout.Layout
@@ -44,10 +48,13 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 	}
 	paths := tr.List()
 	// Files start writes without tracking them one by one live in these
-	// dirs: the applied state and the staged bundles.
+	// dirs: the applied state and the staged bundles. The state dir is
+	// the agent's wholesale (but for keepInStateDir), tracked or not: the
+	// node lock may have made it before the tracker looked, and a start
+	// killed between a write and its tracking leaves files only there.
 	paths = append(paths,
 		l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256",
-		l.JoinedMarker(), l.StateDir()+"/"+state.TrackerFile)
+		l.JoinedMarker(), l.StateDir()+"/"+state.TrackerFile, l.StateDir())
 	changed := false
 	var errs []error
 	for _, hp := range dedupeDeepestFirst(paths) {
@@ -73,17 +80,18 @@ func (t *removeTrackedPaths) remove(hp string) (bool, error) {
 	}
 	// Owned wholesale: everything inside is ours.
 	owned := hp == l.LogDir() || hp == l.BundlesDir() || hp == l.MachineStateDir() || hp == l.IdentityDir() || strings.HasPrefix(hp, l.BundlesDir()+"/")
+	removed := true
 	switch {
 	case !fi.IsDir():
 		err = os.Remove(full)
 	case owned:
 		err = os.RemoveAll(full)
 	case hp == l.StateDir():
-		err = removeDirExcept(full, keepInStateDir)
+		removed, err = removeDirExcept(full, keepInStateDir)
 	case hp == l.LibDir():
 		// The upgrade slots, their links and the recovery script are
 		// the agent binary, which reset keeps.
-		err = removeDirExcept(full, upgrade.Kept(l))
+		removed, err = removeDirExcept(full, upgrade.Kept(l))
 	default:
 		err = os.Remove(full) // only when empty: anything else is not ours
 		if err != nil && isNotEmpty(err) {
@@ -94,7 +102,7 @@ func (t *removeTrackedPaths) remove(hp string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("remove %s: %w", hp, err)
 	}
-	return true, nil
+	return removed, nil
 }
 
 func isNotEmpty(err error) bool {
@@ -102,11 +110,11 @@ func isNotEmpty(err error) bool {
 }
 
 // removeDirExcept removes dir's entries except keep, and dir itself if
-// that leaves it empty.
-func removeDirExcept(dir string, keep map[string]bool) error {
+// that leaves it empty; removed says whether anything went.
+func removeDirExcept(dir string, keep map[string]bool) (removed bool, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	kept := 0
 	for _, e := range entries {
@@ -115,13 +123,14 @@ func removeDirExcept(dir string, keep map[string]bool) error {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
+			return removed, err
 		}
+		removed = true
 	}
 	if kept == 0 {
-		return os.Remove(dir)
+		return true, os.Remove(dir)
 	}
-	return nil
+	return removed, nil
 }
 
 func dedupeDeepestFirst(paths []string) []string {

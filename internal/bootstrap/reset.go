@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -25,12 +26,17 @@ func ResetPhases(o Options) []task.Phase {
 	}
 }
 
-// Reset undoes start: it stops and removes the agent service and the
-// machines, then removes every path start tracked (deepest first). It is
-// safe to run twice and after a half-finished start. The agent binary
-// stays; uninstall.sh removes it.
+// Reset undoes start, under the node lock: it stops and removes the agent
+// service and the machines, then removes every path start tracked
+// (deepest first). It is safe to run twice and after a half-finished
+// start. The agent binary stays; uninstall.sh removes it.
 func Reset(ctx context.Context, o Options) (bool, error) {
 	o.setDefaults()
+	lock, err := nodelock.Acquire(ctx, o.Layout, "reset", o.Lock)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Release()
 	r := &task.Runner{Log: o.Log}
 	changed, err := r.Phases(ctx, ResetPhases(o)...)
 	if mgr := systemd.NewManager(o.Layout.Root()); err == nil && changed && mgr.Live() {

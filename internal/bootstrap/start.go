@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -27,6 +28,9 @@ type Options struct {
 	ProcDir     string    // default /proc
 	Machine     string    // default the layout's active machine
 	JoinTimeout time.Duration
+	// Lock is how long to wait for the node lock when another command
+	// holds it, and whom to tell; the zero value fails at once.
+	Lock nodelock.Wait
 }
 
 func (o *Options) setDefaults() {
@@ -128,10 +132,17 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	}
 }
 
-// Run runs start: the preflight phase, which refuses (a *RefusedError)
-// before anything on the host changes, then the phases of tasks.
+// Run runs start under the node lock: the preflight phase, which refuses
+// (a *RefusedError) before anything on the host changes, then the phases
+// of tasks. Preflight runs under the lock too, so what it saw is what the
+// tasks find.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
 	start := time.Now()
+	lock, err := nodelock.Acquire(ctx, s.opts.Layout, "start", s.opts.Lock)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Release()
 	if err := s.preflight(ctx, pf); err != nil {
 		return false, err
 	}
@@ -148,10 +159,14 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 	if d, err := machine.ImageDigest(s.opts.Layout, s.machine.Name); err == nil && d != "" {
 		s.progressf("machine %s runs worker image %s (%s)", s.machine.Name, s.opts.Config.Bootstrap.OCIImage, d)
 	}
+	// Bundle bytes hashed are counted, not estimated: a converged run
+	// should hash none (the bundle's verification record,
+	// artifact/record.go).
+	hashed := artifact.BytesHashed()
 	if changed {
-		s.progressf("node %s joined in %v", name, time.Since(start).Round(time.Millisecond))
+		s.progressf("node %s joined in %v (%d bytes hashed)", name, time.Since(start).Round(time.Millisecond), hashed)
 	} else {
-		s.progressf("node %s already joined: nothing changed (%v)", name, time.Since(start).Round(time.Millisecond))
+		s.progressf("node %s already joined: nothing changed (%v, %d bytes hashed)", name, time.Since(start).Round(time.Millisecond), hashed)
 	}
 	return changed, nil
 }

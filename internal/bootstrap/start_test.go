@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -276,6 +278,7 @@ func TestStartVerifiesBundleOnce(t *testing.T) {
 	}
 	// A converged re-run does not verify it again either.
 	logs.Reset()
+	hashed := artifact.BytesHashed()
 	s2 := testStart(t, root, "/srv/bundle", &logs)
 	if err := s2.Stager().Verify(ctx, dir); err != nil {
 		t.Fatal(err)
@@ -289,11 +292,47 @@ func TestStartVerifiesBundleOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), "verified bundle"); n != 0 {
 		t.Errorf("converged re-run verified the bundle %d times", n)
 	}
+	if n := artifact.BytesHashed() - hashed; n != 0 {
+		t.Errorf("converged re-run hashed %d bytes, want 0", n)
+	}
 	// A bundle file changed since the converged run breaks the stamp and
 	// is verified again, and refused.
 	s3 := testStart(t, root, "/srv/bundle", nil)
 	flipByte(t, filepath.Join(dir, artifact.BundlePaths(stageComponents, runtime.GOARCH)[artifact.Kubelet]))
 	if err := s3.Stager().Verify(ctx, dir); err == nil {
 		t.Fatal("tampered kubelet verified")
+	}
+}
+
+// start and reset hold the node lock: while another command holds it they
+// wait (bounded) and say who holds it, and a start refused that way has
+// changed nothing.
+func TestStartAndResetWaitForTheNodeLock(t *testing.T) {
+	s := testStart(t, "", "/srv/bundle", nil)
+	l := s.opts.Layout
+	held, err := nodelock.TryAcquire(l, "agent-upgrade")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told []nodelock.Holder
+	s.opts.Lock = nodelock.Wait{Timeout: 200 * time.Millisecond, Notify: func(h nodelock.Holder) { told = append(told, h) }}
+	_, err = s.Run(context.Background(), Preflight{})
+	var he *nodelock.HeldError
+	if !errors.As(err, &he) || he.Holder.Command != "agent-upgrade" || len(told) != 1 || told[0].PID != os.Getpid() {
+		t.Fatalf("start while agent-upgrade holds the lock: %v (told %+v)", err, told)
+	}
+	_, err = Reset(context.Background(), Options{Layout: l, Lock: nodelock.Wait{}})
+	if !errors.As(err, &he) || he.Holder.Command != "agent-upgrade" {
+		t.Fatalf("reset while agent-upgrade holds the lock: %v", err)
+	}
+	held.Release()
+	if _, err := os.Stat(l.OnRoot(l.StateDir())); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused start and reset left the state dir: %v", err)
+	}
+	if _, err := Reset(context.Background(), Options{Layout: l}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(l.OnRoot(l.StateDir())); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a reset of a clean host left the state dir: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
+	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 func newArtifactsCommand() *cobra.Command {
@@ -132,8 +133,8 @@ Prints the artifact's digest. Exit status: 0 pushed, 1 failed, 2 bad usage.`,
 }
 
 func newArtifactsVerifyCommand() *cobra.Command {
-	var source, version, cfgPath, arch string
-	var plainHTTP bool
+	var source, version, cfgPath, arch, root string
+	var plainHTTP, quick bool
 	cmd := &cobra.Command{
 		Use:   "verify --source S",
 		Short: "Check a bundle the way start would",
@@ -145,6 +146,14 @@ SHA-256 and its .sha256 agrees, and image archives read as image archives. An
 oci:// bundle is checked against its registry index first (every layer digest
 must be the manifest's checksum), then every file is streamed from the
 registry through the same checks; nothing is written to disk.
+
+With --quick, a bundle is checked through the verification record start
+keeps in the state dir: one whose files (device, inode, size, mtime, ctime)
+and manifest are as they were when it was last hashed in full is not hashed
+again; any other is hashed in full and its record replaced. For an oci://
+source the copy staged on this host is checked that way (the registry is
+asked for the artifact's manifest only); one not staged here is checked
+against the registry in full. Without --quick every byte is hashed.
 
 Without --source, --config's bootstrap.offlineArtifacts.source is checked.
 Prints one line per problem. Exit status: 0 good, 1 problems found, 2 bad
@@ -185,11 +194,17 @@ usage or an invalid config.`,
 					return invalid(fmt.Errorf("artifacts verify: --source: %w", err))
 				}
 			}
+			out := cmd.OutOrStdout()
+			if quick {
+				done, err := verifyQuick(cmd, src, root, want, arch, plainHTTP)
+				if done || err != nil {
+					return err
+				}
+			}
 			ps, n, err := verifySource(cmd.Context(), src, want, arch, plainHTTP)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			for _, p := range ps {
 				fmt.Fprintln(out, oneLine(p.Error()))
 			}
@@ -207,7 +222,44 @@ usage or an invalid config.`,
 	f.StringVarP(&cfgPath, "config", "c", "", "compare with this config's components (and default --source to its bootstrap.offlineArtifacts.source)")
 	f.StringVar(&arch, "arch", runtime.GOARCH, "arch the bundle must be for")
 	f.BoolVar(&plainHTTP, "plain-http", false, "allow plain HTTP to a non-loopback registry")
+	f.BoolVar(&quick, "quick", false, "skip hashing a bundle unchanged since its last full verification on this host")
+	f.StringVar(&root, "root", "/", "root directory of the host tree whose state dir holds the verification records")
 	return cmd
+}
+
+// verifyQuick checks src through its verification record (a local bundle,
+// or the copy of a registry bundle staged on this host) and prints the
+// result. done is false when there is no local copy to check, and the
+// caller checks src in full.
+func verifyQuick(cmd *cobra.Command, src, root string, want artifact.Components, arch string, plainHTTP bool) (done bool, err error) {
+	l, err := layout.New(root, "", "")
+	if err != nil {
+		return true, invalid(fmt.Errorf("artifacts verify: --root: %w", err))
+	}
+	hashed := artifact.BytesHashed()
+	st := &artifact.Stager{Layout: l, Want: want, Arch: arch, PlainHTTP: plainHTTP}
+	dir := l.OnRoot(src)
+	if strings.HasPrefix(src, artifact.OCIScheme) {
+		var staged bool
+		if dir, staged, err = st.StagedDir(cmd.Context(), src); err != nil {
+			fmt.Fprintln(cmd.OutOrStdout(), oneLine(err.Error()))
+			fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: artifacts verify: %s: does not verify\n", src)
+			return true, &exitError{code: ExitFailure, err: errSilent}
+		} else if !staged {
+			fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: artifacts verify: %s is not staged on this host: checking it in the registry\n", src)
+			return false, nil
+		}
+	}
+	v, err := st.VerifyQuick(cmd.Context(), dir)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(cmd.OutOrStdout(), line)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: artifacts verify: %s: does not verify\n", dir)
+		return true, &exitError{code: ExitFailure, err: errSilent}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%d bytes hashed)\n", dir, v, artifact.BytesHashed()-hashed)
+	return true, nil
 }
 
 // verifySource checks a resolved source; the error is for failures to

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
 )
@@ -129,5 +130,41 @@ func TestArtifactsUsage(t *testing.T) {
 	_, stderr, _ := run(t, "artifacts", "build", "--manifest", bad, "--output-dir", "/tmp/x")
 	if !strings.Contains(stderr, "components.kubernetes") {
 		t.Errorf("spec error without its JSON path: %s", stderr)
+	}
+}
+
+// artifacts verify --quick hashes a bundle once and then trusts its
+// verification record in the state dir while the files are unchanged;
+// without --quick it hashes every byte every time.
+func TestArtifactsVerifyQuick(t *testing.T) {
+	src, spec := artifactsSrc(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "var/lib/aks-flex-node"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "srv/bundle")
+	if _, stderr, code := run(t, "artifacts", "build", "--manifest", spec, "--output-dir", out, "--from-dir", src); code != 0 {
+		t.Fatalf("build: %d %s", code, stderr)
+	}
+	quick := []string{"artifacts", "verify", "--quick", "--root", root, "--source", "/srv/bundle", "--kubernetes-version", "1.35.4"}
+	if stdout, stderr, code := run(t, quick...); code != 0 || !strings.Contains(stdout, out+": verified now (") || strings.Contains(stdout, "(0 bytes hashed)") {
+		t.Fatalf("first --quick: %d %s %s", code, stdout, stderr)
+	}
+	if stdout, stderr, code := run(t, quick...); code != 0 || !strings.Contains(stdout, out+": verified (unchanged since ") || !strings.Contains(stdout, "(0 bytes hashed)") {
+		t.Fatalf("second --quick: %d %s %s", code, stdout, stderr)
+	}
+	if stdout, _, code := run(t, "artifacts", "verify", "--source", out, "--kubernetes-version", "1.35.4"); code != 0 || !strings.Contains(stdout, "verified, 6 files") {
+		t.Fatalf("full verify: %d %s", code, stdout)
+	}
+	kubelet := filepath.Join(out, "kubernetes/v1.35.4/bin/linux", runtime.GOARCH, "kubelet")
+	fi, err := os.Stat(kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // past the kernel's coarse timestamp tick
+	os.WriteFile(kubelet, []byte("kubelex"), 0o644)
+	os.Chtimes(kubelet, fi.ModTime(), fi.ModTime())
+	if stdout, _, code := run(t, quick...); code != 1 || !strings.Contains(stdout, kubelet+": sha256 ") {
+		t.Fatalf("--quick after a same-size change with the mtime restored: %d %s", code, stdout)
 	}
 }

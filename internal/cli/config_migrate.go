@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,8 +48,12 @@ func newConfigMigrateCommand() *cobra.Command {
 			if from == "" {
 				return invalidf("config migrate: --from is required")
 			}
-			data, err := os.ReadFile(from)
+			data, err := config.ReadFile(from)
 			if err != nil {
+				var ie *config.InvalidError
+				if errors.As(err, &ie) {
+					return invalid(fmt.Errorf("config migrate: %w", err))
+				}
 				return fmt.Errorf("config migrate: %w", err)
 			}
 			m, err := config.Migrate(data, config.MigrateOptions{HostPrefix: hostPrefix})

@@ -74,13 +74,15 @@ needs Ignition 2.15 or newer.
 Exit status: 0 rendered, 1 the output could not be written, 2 invalid input.`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return fmt.Errorf("ignition render: read config: %w", err)
-			}
 			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			// After loadConfig: it refuses a file too large to be a
+			// config before anything reads all of it.
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("ignition render: read config: %w", err)
 			}
 			o := ignition.Options{Spec: spec, Target: target, Config: c, ConfigData: data, ConfigFile: path,
 				BinaryURL: binURL, BinarySHA256: binSHA}

@@ -2,17 +2,20 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newInstallServiceCommand() *cobra.Command {
 	var path, root string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "install-service",
 		Short: "Write, enable and start aks-flex-node-agent.service for the config's layout",
@@ -42,6 +45,11 @@ is written and enabled in that tree only (image baking).`,
 				return invalid(err)
 			}
 			log := logger(cmd.ErrOrStderr(), levelOf(c))
+			lk, err := nodelock.Acquire(cmd.Context(), l, "install-service", lockWait(cmd, l, lockTimeout))
+			if err != nil {
+				return fmt.Errorf("install-service: %w", err)
+			}
+			defer lk.Release()
 			changed, err := upgrade.InstallService(cmd.Context(), l, systemd.NewManager(root), log)
 			if err != nil {
 				return err
@@ -52,11 +60,13 @@ is written and enabled in that tree only (image baking).`,
 	}
 	addConfigFlag(cmd, &path)
 	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 
 func newUninstallServiceCommand() *cobra.Command {
 	var path, root string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "uninstall-service",
 		Short: "Stop, disable and remove aks-flex-node-agent.service and the recovery unit and timer (the binary and its slots stay)",
@@ -69,6 +79,11 @@ func newUninstallServiceCommand() *cobra.Command {
 			if err != nil {
 				return invalid(err)
 			}
+			lk, err := nodelock.Acquire(cmd.Context(), l, "uninstall-service", lockWait(cmd, l, lockTimeout))
+			if err != nil {
+				return fmt.Errorf("uninstall-service: %w", err)
+			}
+			defer lk.Release()
 			removed, err := upgrade.UninstallService(cmd.Context(), l, systemd.NewManager(root), log)
 			if err != nil {
 				return err
@@ -79,6 +94,7 @@ func newUninstallServiceCommand() *cobra.Command {
 	}
 	addConfigFlag(cmd, &path)
 	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 

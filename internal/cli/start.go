@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,7 +15,7 @@ import (
 func newStartCommand() *cobra.Command {
 	var path string
 	var opts preflight.Options
-	var timeout time.Duration
+	var timeout, lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "start",
 		Aliases: []string{"bootstrap"},
@@ -33,6 +32,10 @@ and start aks-flex-node-agent.service.
 
 A second start on a converged host changes nothing and says so.
 
+start holds the node lock (node.lock in the state dir) from preflight to the
+end: a start, reset or agent-upgrade already running makes it wait, up to
+--lock-timeout, saying which command (and pid) holds the lock.
+
 Phases, in order, and their tasks (each task logs one line,
 task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
 
@@ -44,14 +47,18 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			if err := opts.Validate(preflight.StartNames); err != nil {
 				return invalid(err)
 			}
-			data, err := os.ReadFile(path)
+			data, err := config.ReadFile(path)
+			var ie *config.InvalidError
+			// One line, which also says the host is untouched.
+			if errors.As(err, &ie) {
+				return invalid(fmt.Errorf("start: %w; nothing was changed", err))
+			}
 			if err != nil {
 				return fmt.Errorf("start: config: %w", err)
 			}
 			c, err := config.Parse(path, data)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: the config is invalid; nothing was changed")
-				return invalid(fmt.Errorf("start: %w", err))
+				return invalid(fmt.Errorf("start: %w; nothing was changed", err))
 			}
 			printNotes(cmd.ErrOrStderr(), path, c)
 			l, err := c.Layout("/", path)
@@ -64,6 +71,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 				Log:         logger(cmd.ErrOrStderr(), levelOf(c)),
 				Progress:    out,
 				JoinTimeout: timeout,
+				Lock:        lockWait(cmd, l, lockTimeout),
 			})
 			pf := bootstrap.Preflight{
 				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
@@ -84,11 +92,13 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 	addConfigFlag(cmd, &path)
 	preflight.AddFlags(cmd.Flags(), &opts)
 	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 
 func newResetCommand() *cobra.Command {
 	var path string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "reset",
 		Aliases: []string{"unbootstrap"},
@@ -99,7 +109,7 @@ the staged bundles and the logs; everything start created is tracked, so
 exactly that is removed. The agent binary stays, with its upgrade slots,
 links and recovery script (uninstall.sh removes them). Safe to run twice and
 after a half-finished start. The layout comes from --config; an absent config
-selects the default layout.`,
+selects the default layout. reset holds the node lock, as start does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -111,7 +121,7 @@ selects the default layout.`,
 				}
 				return err
 			}
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log})
+			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: log, Lock: lockWait(cmd, l, lockTimeout)})
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)
 			}
@@ -120,5 +130,6 @@ selects the default layout.`,
 		},
 	}
 	addConfigFlag(cmd, &path)
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }

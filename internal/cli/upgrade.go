@@ -15,6 +15,7 @@ import (
 func newAgentUpgradeCommand() *cobra.Command {
 	var path, output string
 	var o upgrade.Options
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "agent-upgrade",
 		Short: "Upgrade the agent binary blue/green, with automatic rollback",
@@ -36,7 +37,10 @@ func newAgentUpgradeCommand() *cobra.Command {
 Exit code 0: upgraded (or already at that binary). 1: rolled back, or the
 upgrade failed. 2: refused (bad checksum, downgrade, usage).
 
---preflight does steps 1 and 2, prints the plan and changes nothing.`,
+--preflight does steps 1 and 2, prints the plan and changes nothing.
+
+agent-upgrade holds the node lock for its whole run, as start and reset do:
+while one of them runs it waits, up to --lock-timeout, naming the holder.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -52,6 +56,7 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 			}
 			o.Manager = systemd.NewManager("/")
 			o.Log = log
+			o.Lock = lockWait(cmd, l, lockTimeout)
 			out, err := upgrade.Run(cmd.Context(), l, o)
 			var re *upgrade.RefusedError
 			if errors.As(err, &re) {
@@ -81,6 +86,7 @@ upgrade failed. 2: refused (bad checksum, downgrade, usage).
 	f.BoolVar(&o.AllowDowngrade, "allow-downgrade", false, "install a candidate that is not newer than the current agent")
 	f.DurationVar(&o.Deadline, "deadline", upgrade.DefaultDeadline, "how long the new agent has to confirm itself healthy before recovery rolls back")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 

@@ -236,7 +236,13 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong type map", `{"node": {"labels": ["a"]}}`, "node.labels: must be an object of strings, found an array"},
 		{"wrong map value", `{"node": {"labels": {"a": 1}}}`, "node.labels.a: must be a string, found a number"},
 		{"wrong section", `{"agent": "x"}`, "agent: must be an object, found a string"},
-		{"duplicate", `{"agent": {}, "agent": {}}`, "duplicate key \"agent\""},
+		{"duplicate", `{"agent": {}, "agent": {}}`, "agent: duplicate key \"agent\" (line 1, column 15)"},
+		{"nested duplicate", `{"node": {"labels": {"a": "1", "a": "2"}}}`, "node.labels.a: duplicate key \"a\" (line 1, column 32)"},
+		// The tree parse recurses per level: a few MB of '[' used to
+		// overflow the Go stack and kill the process.
+		{"too deep", strings.Repeat("[", 1<<20-1), "[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]: objects and lists nested more than 32 deep; a config document is at most 32 levels deep (line 1, column 33)"},
+		{"too deep in a key", `{"node": {"labels": ` + strings.Repeat(`{"a": `, 40), "node.labels" + strings.Repeat(".a", 30) + ": objects and lists nested more than 32 deep"},
+		{"too large", strings.Repeat("[", 4<<20), "the file is 4194304 bytes; a config document is at most 1048576 bytes (1 MiB)"},
 		{"trailing data", `{} {}`, "line 1, column 4: not valid JSON: invalid character '{' after top-level value"},
 	}
 	for _, tc := range cases {

@@ -19,6 +19,16 @@ import (
 // and reports every unknown key, duplicate key and wrong type with its path
 // and line:column. Only a document that passes is handed to encoding/json.
 
+// Limits of a config document. A real config is a few kilobytes (the CA
+// is its largest value) and a few levels deep; these are far above that and
+// far below what hurts. The tree parse recurses once per level, so without
+// a depth limit a few megabytes of '[' overflowed the Go stack and killed
+// the process instead of being refused.
+const (
+	MaxDocumentBytes = 1 << 20
+	MaxDepth         = 32
+)
+
 type jsonKind int
 
 const (
@@ -96,6 +106,9 @@ func (p positioner) lineCol(off int64) (int, int) {
 // defaults). All structural problems are returned together as DecodeErrors.
 func Decode(data []byte) (*Config, error) {
 	pos := positioner{data}
+	if len(data) > MaxDocumentBytes {
+		return nil, DecodeErrors{sizeError(int64(len(data)))}
+	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, DecodeErrors{{Msg: "the file is empty; it must hold a JSON object"}}
 	}
@@ -133,7 +146,17 @@ func (st *decodeState) fail(off int64, path, msg string) {
 	st.errs = append(st.errs, &DecodeError{Path: path, Line: line, Column: col, Msg: msg})
 }
 
+// sizeError refuses a document of size bytes, naming the limit.
+func sizeError(size int64) *DecodeError {
+	return &DecodeError{Msg: fmt.Sprintf("the file is %d bytes; a config document is at most %d bytes (1 MiB)", size, MaxDocumentBytes)}
+}
+
 func syntaxError(pos positioner, data []byte, err error) error {
+	var te *treeError
+	if errors.As(err, &te) && te.limit {
+		line, col := pos.lineCol(te.off)
+		return DecodeErrors{{Path: te.path, Line: line, Column: col, Msg: te.msg}}
+	}
 	// The streaming decoder reports offsets inconsistently (sometimes at,
 	// sometimes after the bad byte); the whole-document scanner always
 	// counts the offending byte, so ask it for the position.
@@ -146,7 +169,7 @@ func syntaxError(pos positioner, data []byte, err error) error {
 	}
 	var se *json.SyntaxError
 	off := int64(len(data))
-	msg := err.Error()
+	msg, path := err.Error(), ""
 	switch {
 	case errors.As(err, &se):
 		// Offset counts the bytes read, including the offending one.
@@ -155,20 +178,23 @@ func syntaxError(pos positioner, data []byte, err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		msg = "not valid JSON: unexpected end of file"
 	default:
-		var te *treeError
 		if errors.As(err, &te) {
-			off, msg = te.off, te.msg
+			off, msg, path = te.off, te.msg, te.path
 		} else {
 			msg = "not valid JSON: " + msg
 		}
 	}
 	line, col := pos.lineCol(off)
-	return DecodeErrors{{Line: line, Column: col, Msg: msg}}
+	return DecodeErrors{{Path: path, Line: line, Column: col, Msg: msg}}
 }
 
 type treeError struct {
-	off int64
-	msg string
+	off  int64
+	path string // JSON path of the value, "" for the document
+	msg  string
+	// limit marks a document refused for its shape, not its syntax: the
+	// message stands as it is.
+	limit bool
 }
 
 func (e *treeError) Error() string { return e.msg }
@@ -176,7 +202,7 @@ func (e *treeError) Error() string { return e.msg }
 func parseTree(data []byte) (*jsonNode, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := parseValue(dec, data)
+	n, err := parseValue(dec, data, 1, "")
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +228,9 @@ func valueStart(data []byte, prev int64) int64 {
 	return i
 }
 
-func parseValue(dec *json.Decoder, data []byte) (*jsonNode, error) {
+// parseValue reads the value at depth (the document is depth 1) and
+// JSON path.
+func parseValue(dec *json.Decoder, data []byte, depth int, path string) (*jsonNode, error) {
 	prev := dec.InputOffset()
 	tok, err := dec.Token()
 	if err != nil {
@@ -211,6 +239,10 @@ func parseValue(dec *json.Decoder, data []byte) (*jsonNode, error) {
 	n := &jsonNode{offset: valueStart(data, prev)}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth > MaxDepth {
+			return nil, &treeError{off: n.offset, path: path, limit: true,
+				msg: fmt.Sprintf("objects and lists nested more than %d deep; a config document is at most %d levels deep", MaxDepth, MaxDepth)}
+		}
 		switch t {
 		case '{':
 			n.kind = kindObject
@@ -223,12 +255,12 @@ func parseValue(dec *json.Decoder, data []byte) (*jsonNode, error) {
 				}
 				key := kt.(string)
 				koff := valueStart(data, kprev)
-				child, err := parseValue(dec, data)
+				child, err := parseValue(dec, data, depth+1, joinPath(path, key))
 				if err != nil {
 					return nil, err
 				}
 				if _, dup := n.fields[key]; dup {
-					return nil, &treeError{off: koff, msg: fmt.Sprintf("duplicate key %q", key)}
+					return nil, &treeError{off: koff, path: joinPath(path, key), msg: fmt.Sprintf("duplicate key %q", key)}
 				}
 				n.keys = append(n.keys, key)
 				n.keyOff = append(n.keyOff, koff)
@@ -240,7 +272,7 @@ func parseValue(dec *json.Decoder, data []byte) (*jsonNode, error) {
 		case '[':
 			n.kind = kindArray
 			for dec.More() {
-				child, err := parseValue(dec, data)
+				child, err := parseValue(dec, data, depth+1, fmt.Sprintf("%s[%d]", path, len(n.elems)))
 				if err != nil {
 					return nil, err
 				}

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
@@ -19,8 +21,14 @@ type InvalidError struct {
 	Err  error // DecodeErrors or ValidationErrors
 }
 
+// Error is one line for one problem (what scripts and journal readers
+// see first), and a list, one problem a line, for several.
 func (e *InvalidError) Error() string {
-	return fmt.Sprintf("config %s is invalid:\n%s", e.File, indent(e.Err.Error()))
+	msg := e.Err.Error()
+	if !strings.Contains(msg, "\n") {
+		return fmt.Sprintf("config %s is invalid: %s", e.File, msg)
+	}
+	return fmt.Sprintf("config %s is invalid:\n%s", e.File, indent(msg))
 }
 
 func (e *InvalidError) Unwrap() error { return e.Err }
@@ -66,11 +74,55 @@ func Parse(file string, data []byte) (*Config, error) {
 // Load reads and parses the config file at path (a host path already mapped
 // to this process's view).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(path, data)
+}
+
+// ReadFile reads the config file at path: only a regular file (a FIFO in
+// its place would block the reader forever), and at most
+// MaxDocumentBytes of it; a larger file is an *InvalidError naming the
+// limit, never read into memory.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file (a %s)", path, kind(fi.Mode()))
+	}
+	if fi.Size() > MaxDocumentBytes {
+		return nil, &InvalidError{File: path, Err: DecodeErrors{sizeError(fi.Size())}}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxDocumentBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxDocumentBytes { // it grew while read
+		return nil, &InvalidError{File: path, Err: DecodeErrors{sizeError(int64(len(data)))}}
+	}
+	return data, nil
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return m.Type().String()
 }
 
 // Layout resolves the layout this config declares, on root. A validated
@@ -108,13 +160,17 @@ func LookupLayout(root, configFile string, log *slog.Logger) (layout.Layout, err
 		return layout.Layout{}, err
 	}
 	l = l.WithConfigFile(configFile)
-	data, err := os.ReadFile(l.OnRoot(configFile))
+	data, err := ReadFile(l.OnRoot(configFile))
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return layout.Layout{}, err
+	}
 	if err != nil {
 		reason := "unreadable"
 		if errors.Is(err, fs.ErrNotExist) {
 			reason = "absent"
 		}
-		log.Info("config "+reason+"; using the default layout", "config", configFile, "prefix", "", "binDir", l.BinDir, "error", err)
+		log.Info("config "+reason+"; using the default layout", "config", configFile, "prefix", "", "binDir", l.BinDir(), "error", err)
 		return l, nil
 	}
 	c, err := Parse(configFile, data)

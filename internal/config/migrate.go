@@ -50,6 +50,9 @@ type MigrateOptions struct {
 // the rest of upstream's keys are listed as refused. Output is then
 // validated. Only a document that does not parse is an error.
 func Migrate(data []byte, opts MigrateOptions) (*Migration, error) {
+	if len(data) > MaxDocumentBytes {
+		return nil, DecodeErrors{sizeError(int64(len(data)))}
+	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, DecodeErrors{{Msg: "the file is empty; it must hold a JSON object"}}
 	}

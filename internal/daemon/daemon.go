@@ -3,9 +3,11 @@
 // config file, the API server), and the loops it runs. Today that is one
 // loop, keep-machine (keeper.go), which brings the node's machine back
 // after a reboot; the drift repair and repave that come next are further
-// Loops on the same Agent. The agent waits with backoff instead of
-// crashing (a crash loop would run into systemd's start limit and leave
-// the host without an agent), and it exits cleanly when stopped.
+// Loops on the same Agent. Loops that change the node hold the node lock
+// (internal/nodelock) while they do, taken at once or not at all. The
+// agent waits with backoff instead of crashing (a crash loop would run
+// into systemd's start limit and leave the host without an agent), and it
+// exits cleanly when stopped.
 package daemon
 
 import (
@@ -34,7 +36,9 @@ type Loop struct {
 	// once Ready has passed.
 	Local bool
 	// Run is one pass. It runs at once and every Interval; an error is
-	// logged and retried at the next interval, never fatal.
+	// logged and retried at the next interval, never fatal. A pass that
+	// changes the node takes the node lock around the change with
+	// lockOrSkip, and skips (never queues) while a command holds it.
 	Run func(ctx context.Context) error
 }
 

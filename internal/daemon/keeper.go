@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -24,19 +25,37 @@ type MachineKeeper struct {
 	Log     *slog.Logger
 }
 
+// keepMachineLoop names the loop in logs and as the node lock's holder.
+const keepMachineLoop = "keep-machine"
+
+// startTimeout bounds `machinectl start` while the keeper holds the node
+// lock. It returns once systemd-nspawn runs the machine's init, not when
+// the machine has booted, so this is a guard against a stuck unit, not a
+// wait for the boot.
+const startTimeout = time.Minute
+
 // KeepMachine is the keeper's loop: local, since starting a machine needs
 // nothing remote.
-func KeepMachine(k *MachineKeeper) Loop { return Loop{Name: "keep-machine", Local: true, Run: k.Keep} }
+func KeepMachine(k *MachineKeeper) Loop { return Loop{Name: keepMachineLoop, Local: true, Run: k.Keep} }
 
 // Keep starts the machine when the host has joined (start's marker is
 // there) and the machine's unit is neither active nor on its way. A host
-// that never joined, or was reset, is left alone.
+// that never joined, or was reset, is left alone. The decision and the
+// start happen under the node lock, taken at once or not at all: while a
+// start, a reset or an agent-upgrade holds it, the pass is skipped (a
+// start brings the machine up itself; a reset is taking it down).
 func (k *MachineKeeper) Keep(ctx context.Context) error {
-	marker := k.Layout.OnRoot(k.Layout.JoinedMarker())
-	if _, err := os.Stat(marker); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("keep machine: %w", err)
+	if joined, err := k.joined(); err != nil || !joined {
+		return err
+	}
+	release, ok, err := lockOrSkip(k.Layout, k.Log, keepMachineLoop)
+	if err != nil || !ok {
+		return err
+	}
+	defer release()
+	// A reset may have finished between the first look and the lock.
+	if joined, err := k.joined(); err != nil || !joined {
+		return err
 	}
 	name := k.Machine
 	if name == "" {
@@ -55,9 +74,23 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 		return nil
 	}
 	k.Log.Warn("machine is not running on a joined host; starting it", "machine", name, "state", state, "joined-marker", k.Layout.JoinedMarker())
-	if err := k.Control.Start(ctx, name); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := k.Control.Start(sctx, name); err != nil {
 		return fmt.Errorf("keep machine %s (was %s): %w", name, state, err)
 	}
 	k.Log.Info("machine started", "machine", name)
 	return nil
+}
+
+// joined says whether start's joined marker is there.
+func (k *MachineKeeper) joined() (bool, error) {
+	_, err := os.Stat(k.Layout.OnRoot(k.Layout.JoinedMarker()))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("keep machine: %w", err)
+	}
+	return true, nil
 }

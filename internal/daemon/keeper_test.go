@@ -3,14 +3,17 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 )
 
 // TestMachineKeeper drives the decision through machine.Control with a
@@ -75,5 +78,62 @@ func TestMachineKeeper(t *testing.T) {
 				t.Errorf("log does not say what state the machine was in:\n%s", log.String())
 			}
 		})
+	}
+}
+
+// While a start (or a reset) holds the node lock the keeper skips its
+// pass: it neither asks systemd nor starts the machine, and says who
+// holds the lock. It does not wait for it either.
+func TestMachineKeeperSkipsWhileTheNodeLockIsHeld(t *testing.T) {
+	l, err := layout.New(t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := l.OnRoot(l.JoinedMarker())
+	if err := os.MkdirAll(filepath.Dir(m), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	run := func(_ context.Context, name string, args ...string) ([]byte, error) {
+		calls = append(calls, name+" "+strings.Join(args, " "))
+		if name == "systemctl" {
+			return []byte("ActiveState=inactive\n"), nil
+		}
+		return nil, nil
+	}
+	var log bytes.Buffer
+	k := &MachineKeeper{Layout: l, Control: &machine.Control{Run: run}, Log: slog.New(slog.NewTextHandler(&log, nil))}
+	held, err := nodelock.TryAcquire(l, "start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	if err := k.Keep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(begin) > time.Second {
+		t.Errorf("the keeper waited %v for the lock", time.Since(begin))
+	}
+	if len(calls) != 0 {
+		t.Fatalf("the keeper acted while start held the node lock: %q", calls)
+	}
+	if want := fmt.Sprintf("holder=\"start (pid %d) since ", os.Getpid()); !strings.Contains(log.String(), want) {
+		t.Errorf("the skip does not name the holder (%s):\n%s", want, log.String())
+	}
+	held.Release()
+	if err := k.Keep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[1] != "machinectl start "+layout.MachineBlue {
+		t.Fatalf("after start released the lock: %q", calls)
+	}
+	// The keeper released the lock after its pass.
+	if lk, err := nodelock.TryAcquire(l, "reset"); err != nil {
+		t.Fatalf("lock after the keeper's pass: %v", err)
+	} else {
+		lk.Release()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -60,13 +61,25 @@ func ImageArchives(machineRoot string) ([]string, error) {
 // its ref.name annotation) are imported every time; ctr makes that
 // harmless, only slower.
 func ImportImages(ctx context.Context, machineRoot string, exec ExecFunc, archives []string) error {
+	_, err := ImportImagesChanged(ctx, machineRoot, exec, archives)
+	return err
+}
+
+// ImportImagesChanged is ImportImages that also reports whether the
+// images containerd lists changed. When every archive was skipped it
+// runs ctr once in all (each run is an exec into the machine, the bulk
+// of a converged start's time); otherwise it lists the images again to
+// tell a re-imported archive of the same images from a new one.
+func ImportImagesChanged(ctx context.Context, machineRoot string, exec ExecFunc, archives []string) (changed bool, err error) {
 	if len(archives) == 0 {
-		return nil
+		return false, nil
 	}
 	out, err := exec(ctx, CtrBinary, "-n", criNamespace, "images", "ls", "-q")
 	if err != nil {
-		return fmt.Errorf("import images: list images: %w: %s", err, bytes.TrimSpace(out))
+		return false, fmt.Errorf("import images: list images: %w: %s", err, bytes.TrimSpace(out))
 	}
+	before := out
+	imported := 0
 	present := map[string]bool{}
 	for _, l := range strings.Split(string(out), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
@@ -76,16 +89,33 @@ func ImportImages(ctx context.Context, machineRoot string, exec ExecFunc, archiv
 	for _, a := range archives {
 		refs, err := archiveRefs(machineRoot, a)
 		if err != nil {
-			return fmt.Errorf("import images: read %s: %w", a, err)
+			return false, fmt.Errorf("import images: read %s: %w", a, err)
 		}
 		if allPresent(refs, present) {
 			continue
 		}
 		if out, err := exec(ctx, CtrBinary, "-n", criNamespace, "images", "import", a); err != nil {
-			return fmt.Errorf("import images: import %s: %w: %s", a, err, bytes.TrimSpace(out))
+			return false, fmt.Errorf("import images: import %s: %w: %s", a, err, bytes.TrimSpace(out))
 		}
+		imported++
 	}
-	return nil
+	if imported == 0 {
+		return false, nil
+	}
+	after, err := exec(ctx, CtrBinary, "-n", criNamespace, "images", "ls", "-q")
+	if err != nil {
+		return true, fmt.Errorf("import images: list images: %w: %s", err, bytes.TrimSpace(after))
+	}
+	return !sameLines(before, after), nil
+}
+
+// sameLines compares two listings as sets of lines: ctr does not promise
+// an order.
+func sameLines(a, b []byte) bool {
+	la, lb := strings.Fields(string(a)), strings.Fields(string(b))
+	sort.Strings(la)
+	sort.Strings(lb)
+	return slices.Equal(la, lb)
 }
 
 func allPresent(refs []string, present map[string]bool) bool {

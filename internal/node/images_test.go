@@ -126,6 +126,20 @@ func TestImportImagesIdempotent(t *testing.T) {
 	if strings.Join(ctr.imports, " ") != tagOnly {
 		t.Errorf("second run imported %v, want only %s", ctr.imports, tagOnly)
 	}
+	// Re-importing the same images is no change, and with every archive
+	// present ctr runs once: the list the skip decisions are made from.
+	ctr.calls = nil
+	if changed, err := ImportImagesChanged(ctx, root, ctr.exec, archives); err != nil || changed {
+		t.Errorf("re-import of the same images: changed=%v %v", changed, err)
+	}
+	ctr.calls = nil
+	if changed, err := ImportImagesChanged(ctx, root, ctr.exec, archives[:2]); err != nil || changed || len(ctr.calls) != 1 {
+		t.Errorf("all present: changed=%v %v, ctr calls %q, want one", changed, err, ctr.calls)
+	}
+	delete(ctr.images, "registry.local/pause:3.10")
+	if changed, err := ImportImagesChanged(ctx, root, ctr.exec, archives); err != nil || !changed {
+		t.Errorf("a missing image imported: changed=%v %v", changed, err)
+	}
 
 	if err := ImportImages(ctx, root, ctr.exec, nil); err != nil {
 		t.Fatal(err)

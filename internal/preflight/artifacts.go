@@ -121,13 +121,14 @@ func artifactSourcesCheck(e *Env) Check {
 		}
 		if e.VerifyOfflineArtifacts != nil {
 			host, err := e.onRoot(dir)
+			how := ""
 			if err == nil {
-				err = e.VerifyOfflineArtifacts(ctx, host)
+				how, err = e.VerifyOfflineArtifacts(ctx, host)
 			}
 			if err != nil {
 				return Error(remedy, "offline bundle %s does not verify: %v", dir, err)
 			}
-			return OK("offline bundle %s: %d files present and verified", dir, len(m.Files))
+			return OK("offline bundle %s: %d files present, %s", dir, len(m.Files), how)
 		}
 		return OK("offline bundle %s: %s and all %d listed files with their %s files present", dir, ManifestName, len(m.Files), ChecksumSuffix)
 	})

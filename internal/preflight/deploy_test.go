@@ -68,16 +68,18 @@ func TestArtifactSources(t *testing.T) {
 	h.set("bootstrap.offlineArtifacts.source", "file:///var/lib/aks-flex-node/bundles/k8s-{{ .KubernetesVersion }}")
 	env := h.env()
 	var verified string
-	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) error {
+	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) (string, error) {
 		verified = dir
-		return errors.New("bin/kubelet: sha256 mismatch")
+		return "", errors.New("bin/kubelet: sha256 mismatch")
 	}
 	want(t, runNamed(t, env, NameArtifactSources), SeverityError, "does not verify", "sha256 mismatch")
 	if verified != filepath.Join(h.root, bundle) {
 		t.Errorf("hook got %q, want %q", verified, filepath.Join(h.root, bundle))
 	}
-	env.VerifyOfflineArtifacts = func(context.Context, string) error { return nil }
-	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "verified")
+	env.VerifyOfflineArtifacts = func(context.Context, string) (string, error) {
+		return "verified (unchanged since 2026-01-02T03:04:05Z)", nil
+	}
+	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "2 files present, verified (unchanged since 2026-01-02T03:04:05Z)")
 
 	h.file(bundle+"/manifest.json", `{"files": [{"path": "../../../../etc/shadow"}]}`)
 	want(t, h.run(NameArtifactSources), SeverityError, "not a path inside the bundle")

@@ -52,8 +52,9 @@ type Env struct {
 	// VerifyOfflineArtifacts, when set, runs after artifact-sources has
 	// found an offline bundle complete: it is where the artifact package
 	// plugs in full checksum verification of the bundle in dir (a path
-	// this process opens).
-	VerifyOfflineArtifacts func(ctx context.Context, dir string) error
+	// this process opens). It returns how the bundle was found good:
+	// "verified now" or "verified (unchanged since <time>)".
+	VerifyOfflineArtifacts func(ctx context.Context, dir string) (string, error)
 	// Provisioning says where provisioning-payload looks (its Root is
 	// replaced by Root). nil reads the default customData path under Root
 	// and does not ask IMDS: the CLI opts in, so no test reaches it.

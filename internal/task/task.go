@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/failpoint"
 )
 
 // Result is what a task did. Changed is false on a converged host: that is
@@ -48,6 +50,11 @@ type Runner struct {
 
 // Run runs one task, logs `task=<name> status=ok|failed changed=<bool>`,
 // and wraps a failure with the task name so errors read outside in.
+//
+// A task that succeeded then hits the failpoint named after it (only in
+// -tags failpoints builds; see internal/failpoint): the crash tests stop
+// start, reset and agent-upgrade after every task the code has, by name,
+// without a task having to remember to offer the point.
 func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
 	if r.Starting != nil {
 		r.Starting(t.Name())
@@ -68,6 +75,7 @@ func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
 		return res, fmt.Errorf("%s: %w", t.Name(), err)
 	}
 	r.Log.Info("task", attrs...)
+	failpoint.Hit(t.Name())
 	return res, nil
 }
 

@@ -15,24 +15,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
-// lock takes the upgrade lock: one agent-upgrade at a time.
-func lock(l layout.Layout) (func(), error) {
-	dir := l.OnRoot(l.StateDir())
-	if err := fsutil.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	p := statePath(l, LockFile)
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("another agent-upgrade is running (it holds %s)", l.StateDir()+"/"+LockFile)
-	}
-	return func() { f.Close() }, nil
-}
-
 // linksLockWait bounds how long a change of the links waits for another
 // holder of the links lock; every holder keeps it only for a few renames.
 const linksLockWait = 30 * time.Second
@@ -106,7 +88,7 @@ func switchCurrent(l layout.Layout, rec InFlight) error {
 const staleAge = time.Minute
 
 // cleanStale removes temp files a killed upgrade left in the lib dir. No
-// link ever names them. Candidates are only staged under the upgrade lock,
+// link ever names them. Candidates are only staged under the node lock,
 // which the caller holds; link temp files are made by others too, so only
 // old ones go.
 func cleanStale(l layout.Layout) {

@@ -27,12 +27,16 @@ const (
 	InFlightFile = "upgrade-in-flight"
 	ResultFile   = "upgrade-result"
 	FailedFile   = "upgrade-agent-failed"
-	LockFile     = "upgrade.lock"
+	// LockFile was agent-upgrade's own lock before the node lock
+	// (internal/nodelock) took its place; uninstall-service still removes
+	// the file an older agent left.
+	LockFile = "upgrade.lock"
 	// LinksLockFile serializes every change of the links and the records
 	// between agent-upgrade, the confirming agent, the recovery script
 	// (flock(1)) and seeding: a confirmation and a rollback at the
-	// deadline must not interleave. LockFile is different: agent-upgrade
-	// holds it for its whole run, while it waits for recovery.
+	// deadline must not interleave. The node lock is different:
+	// agent-upgrade holds it for its whole run, while it waits for
+	// recovery.
 	LinksLockFile = "upgrade-links.lock"
 )
 

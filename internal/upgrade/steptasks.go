@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
-	"github.com/Azure/aks-flex-node/internal/failpoint"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/systemd"
@@ -22,16 +21,15 @@ type candidate struct {
 	path, sum, source string
 }
 
-// step is one step of agent-upgrade as a task named for the step. Its
-// failpoint is hit when the step's work is done, so the crash tests stop
-// the process exactly between two steps. changed says whether the step
-// changes the host when it succeeds.
+// step is one step of agent-upgrade as a task named for the step. The
+// runner hits the failpoint of that name when the step's work is done, so
+// the crash tests stop the process exactly between two steps. changed
+// says whether the step changes the host when it succeeds.
 func step(name string, changed bool, do func(ctx context.Context) error) task.Task {
 	return task.Func{N: name, F: func(ctx context.Context) (task.Result, error) {
 		if err := do(ctx); err != nil {
 			return task.Result{}, err
 		}
-		failpoint.Hit(name)
 		return task.Result{Changed: changed}, nil
 	}}
 }

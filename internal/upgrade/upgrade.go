@@ -22,6 +22,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -40,6 +41,9 @@ type Options struct {
 	Deadline       time.Duration
 	Manager        *systemd.Manager
 	Log            *slog.Logger
+	// Lock is how long to wait for the node lock while a start, a reset
+	// or another agent-upgrade holds it; the zero value fails at once.
+	Lock nodelock.Wait
 }
 
 // Plan is what an upgrade does (or, with --preflight, would do).
@@ -84,11 +88,14 @@ func Run(ctx context.Context, l layout.Layout, o Options) (*Outcome, error) {
 	if err := precheck(l, o); err != nil {
 		return nil, err
 	}
-	unlock, err := lock(l)
+	// The node lock, for the whole run including the wait for the new
+	// agent's confirmation: a start or reset in between would install or
+	// remove the agent service under an upgrade in flight.
+	lock, err := nodelock.Acquire(ctx, l, "agent-upgrade", o.Lock)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer lock.Release()
 	cleanStale(l)
 
 	if err := checkNotInFlight(ctx, l, o); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/coreos/go-systemd/v22/unit"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 )
 
@@ -328,19 +329,25 @@ func TestURLRules(t *testing.T) {
 	}
 }
 
-func TestLockRefusesSecondUpgrade(t *testing.T) {
-	l := testLayout(t)
-	unlock, err := lock(l)
+// agent-upgrade holds the node lock: while a start holds it, an upgrade
+// with no wait is refused naming the start, and goes ahead once it ends.
+func TestUpgradeTakesTheNodeLock(t *testing.T) {
+	l := seeded(t, "v1.0.0")
+	v2 := fakeAgent("v2.0.0")
+	p := filepath.Join(t.TempDir(), "v2")
+	put(t, p, v2)
+	o := offline(l)
+	o.Binary, o.SHA256 = p, sum(v2)
+	held, err := nodelock.TryAcquire(l, "start")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lock(l); err == nil || !strings.Contains(err.Error(), "another agent-upgrade") {
-		t.Errorf("second lock: %v", err)
+	var he *nodelock.HeldError
+	if _, err := Run(context.Background(), l, o); !errors.As(err, &he) || he.Holder.Command != "start" {
+		t.Fatalf("upgrade while start holds the node lock: %v", err)
 	}
-	unlock()
-	if u, err := lock(l); err != nil {
-		t.Errorf("lock after unlock: %v", err)
-	} else {
-		u()
+	held.Release()
+	if _, err := Run(context.Background(), l, o); err != nil {
+		t.Fatalf("upgrade after start released the lock: %v", err)
 	}
 }

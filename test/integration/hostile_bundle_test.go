@@ -34,14 +34,14 @@ func TestFIFOInBundle(t *testing.T) {
 				t.Errorf("artifacts verify: exit %d, want a failure naming %s:\n%s\n%s", code, fifo, stdout, stderr)
 			}
 			stdout, stderr, code = runBounded(t, h, 2*time.Minute, agent, "start", "--config", "/etc/aks-flex-node/config.json",
-				"--ignore-preflight-errors=api-server-reachable,bootstrap-token")
+				"--ignore-preflight-errors=api-server-reachable,bootstrap-token,worker-image")
 			if code == 0 || !strings.Contains(stdout+stderr, fifo) {
 				t.Errorf("start: exit %d, want a refusal naming %s:\n%s\n%s", code, fifo, stdout, stderr)
 			}
 			// Ignoring the check does not get past the stage, which
 			// verifies again.
 			stdout, stderr, code = runBounded(t, h, 2*time.Minute, agent, "start", "--config", "/etc/aks-flex-node/config.json",
-				"--ignore-preflight-errors=api-server-reachable,bootstrap-token,artifact-sources")
+				"--ignore-preflight-errors=api-server-reachable,bootstrap-token,artifact-sources,worker-image")
 			if code == 0 || !strings.Contains(stdout+stderr, fifo) || !strings.Contains(stdout+stderr, "stage-node-components") {
 				t.Errorf("start ignoring artifact-sources: exit %d, want a failure at stage-node-components naming %s:\n%s\n%s", code, fifo, stdout, stderr)
 			}

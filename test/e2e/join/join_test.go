@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,6 +135,9 @@ func TestJoin(t *testing.T) {
 		}
 		t.Run(sc.name, func(t *testing.T) { e.run(t, sc) })
 	}
+	if only == "" || only == crashScenario.name {
+		t.Run(crashScenario.name, e.crash)
+	}
 }
 
 // cfgParts are the sections a config edit may change.
@@ -201,13 +206,24 @@ func (e *env) run(t *testing.T, sc scenario) {
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
 	e.checkJoined(t, h, sc)
 	e.checkNoSecrets(t, h, sc)
-	second := e.checkConverged(t, h, sc)
+	second, hashed := e.checkConverged(t, h, sc)
+	kind := "local-dir"
+	if sc.oci {
+		kind = "oci"
+	}
+	t.Logf("BENCH converged-rerun source=%s duration=%v bytes-hashed=%d", kind, second.Round(time.Millisecond), hashed)
+	if !sc.oci {
+		e.checkConvergedSources(t, h, sc)
+	}
 	if sc.auth == "msi" {
 		e.checkPluginFollowsUpgrade(t, h, sc)
 	}
+	// After the plugin check: agent-upgrade restarts the agent, so its
+	// pid is read here.
 	pid := strings.TrimSpace(h.RunOK(t, "systemctl", "show", "-p", "MainPID", "--value", "aks-flex-node-agent.service"))
 	rss, _, _ := h.Run(e.ctx, "sh", "-c", "grep VmRSS /proc/"+pid+"/status")
 	t.Logf("BENCH scenario=%s auth=%s join=%v converged-rerun=%v agent-%s", sc.name, sc.auth, first.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
+	idleCPU(t, h, pid)
 	e.checkPowerCutRecovery(t, h, sc)
 	checkResetAndUninstallLeaveNothing(t, h, sc, before)
 
@@ -321,13 +337,54 @@ func (e *env) checkJoined(t *testing.T, h *aclhost.Host, sc scenario) {
 }
 
 // checkConverged: a second start on the converged host changes nothing
-// and says so; it returns how long that start took.
-func (e *env) checkConverged(t *testing.T, h *aclhost.Host, sc scenario) time.Duration {
+// and says so; it returns how long that start took and how many bytes it
+// hashed, as start counted them.
+func (e *env) checkConverged(t *testing.T, h *aclhost.Host, sc scenario) (time.Duration, int64) {
 	out, d := e.start(t, h, sc, "second")
 	if !strings.Contains(out, "nothing changed") {
 		t.Errorf("second start did not report convergence:\n%s", out)
 	}
-	return d
+	n := int64(-1)
+	if m := hashedRE.FindStringSubmatch(out); m != nil {
+		n, _ = strconv.ParseInt(m[1], 10, 64)
+	} else {
+		t.Errorf("second start did not say how many bytes it hashed:\n%s", out)
+	}
+	if !strings.Contains(out, "verified (unchanged since ") && !sc.oci {
+		t.Errorf("second start's preflight did not find the bundle unchanged:\n%s", out)
+	}
+	return d, n
+}
+
+var hashedRE = regexp.MustCompile(`nothing changed \([^,]+, (\d+) bytes hashed\)`)
+
+// checkConvergedSources: the same bundle named as file:///path, or
+// through a link to its directory (/srv/bundles/current, say), is the
+// same bundle: a start with either is converged too and hashes nothing
+// again. The config is put back and the link removed afterwards.
+func (e *env) checkConvergedSources(t *testing.T, h *aclhost.Host, sc scenario) {
+	h.RunOK(t, "ln", "-sfn", "bundle", "/var/lib/aks-flex-node-test/bundle-current")
+	defer h.RunOK(t, "rm", "-f", "/var/lib/aks-flex-node-test/bundle-current")
+	for _, src := range []struct{ kind, source string }{
+		{"file", "file:///var/lib/aks-flex-node-test/bundle"},
+		{"local-link", "/var/lib/aks-flex-node-test/bundle-current"},
+	} {
+		cfg := e.config(sc, sc.auth, func(p *cfgParts) {
+			p.bootstrap["offlineArtifacts"] = map[string]any{"source": src.source}
+		})
+		if err := h.WriteFile("/etc/aks-flex-node/config.json", cfg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The applied state records the config, so the first start with
+		// the new source writes that; the one after it is the converged
+		// re-run.
+		e.start(t, h, sc, src.kind+"-first")
+		d, n := e.checkConverged(t, h, sc)
+		t.Logf("BENCH converged-rerun source=%s duration=%v bytes-hashed=%d", src.kind, d.Round(time.Millisecond), n)
+	}
+	if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.auth, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkPowerCutRecovery: after a power cut nothing but the agent, which
@@ -496,4 +553,32 @@ func sha256File(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return sum
+}
+
+// idleCPU measures the agent's CPU time (its own and its waited-for
+// children's, from /proc/<pid>/stat) over AKS_FLEX_NODE_IDLE_SECONDS on
+// the joined node; unset, it measures nothing. It is a figure, not a
+// check.
+func idleCPU(t *testing.T, h *aclhost.Host, pid string) {
+	secs, _ := strconv.Atoi(os.Getenv("AKS_FLEX_NODE_IDLE_SECONDS"))
+	if secs <= 0 {
+		return
+	}
+	ticks := func() int64 {
+		out := h.RunOK(t, "cat", "/proc/"+pid+"/stat")
+		// Fields after the command name, which is in parentheses.
+		f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:])
+		var n int64
+		for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			n += v
+		}
+		return n
+	}
+	hz, _ := strconv.ParseInt(strings.TrimSpace(h.RunOK(t, "getconf", "CLK_TCK")), 10, 64)
+	before, began := ticks(), time.Now()
+	time.Sleep(time.Duration(secs) * time.Second)
+	used := time.Duration(ticks()-before) * time.Second / time.Duration(hz)
+	wall := time.Since(began)
+	t.Logf("BENCH agent-idle-cpu pid=%s cpu=%v over=%v (%.3f%% of one core)", pid, used, wall.Round(time.Second), 100*used.Seconds()/wall.Seconds())
 }
