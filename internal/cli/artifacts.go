@@ -174,7 +174,7 @@ usage or an invalid config.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var want artifact.Components
 			if cfgPath != "" {
-				c, err := loadConfig(cfgPath)
+				c, err := loadConfig(cfgPath, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,7 @@ func newConfigCommand() *cobra.Command {
 		Use:   "config",
 		Short: "Inspect and validate the configuration file",
 	}
-	cmd.AddCommand(newConfigViewCommand(), newConfigValidateCommand(), newConfigGenerateCommand())
+	cmd.AddCommand(newConfigViewCommand(), newConfigValidateCommand(), newConfigGenerateCommand(), newConfigMigrateCommand())
 	return cmd
 }
 
@@ -25,7 +26,8 @@ func addConfigFlag(cmd *cobra.Command, p *string) {
 
 // loadConfig reads the file and classifies failures: an unreadable file is a
 // runtime failure (1), a file that is not a valid config is invalid input (2).
-func loadConfig(path string) (*config.Config, error) {
+// The file's deprecation notes go to stderr, one line each.
+func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	c, err := config.Load(path)
 	if err != nil {
 		var ie *config.InvalidError
@@ -34,7 +36,15 @@ func loadConfig(path string) (*config.Config, error) {
 		}
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	printNotes(stderr, path, c)
 	return c, nil
+}
+
+// printNotes says which upstream names the file uses, and their new ones.
+func printNotes(w io.Writer, path string, c *config.Config) {
+	for _, n := range c.Notes() {
+		fmt.Fprintf(w, "aks-flex-node: config %s: deprecated: %s\n", path, n)
+	}
 }
 
 func newConfigViewCommand() *cobra.Command {
@@ -44,7 +54,7 @@ func newConfigViewCommand() *cobra.Command {
 		Short: "Print the effective config (defaults applied, secrets redacted)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := loadConfig(path)
+			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -59,6 +69,8 @@ type validateResult struct {
 	Valid  bool          `json:"valid"`
 	File   string        `json:"file"`
 	Errors []resultError `json:"errors"`
+	// Notes are deprecations: upstream names read as this schema's.
+	Notes []string `json:"notes"`
 }
 
 type resultError struct {
@@ -78,14 +90,20 @@ func newConfigValidateCommand() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			_, err := config.Load(path)
+			c, err := config.Load(path)
 			var ie *config.InvalidError
 			if err != nil && !errors.As(err, &ie) {
 				return fmt.Errorf("config: %w", err)
 			}
-			res := validateResult{Valid: err == nil, File: path, Errors: []resultError{}}
+			res := validateResult{Valid: err == nil, File: path, Errors: []resultError{}, Notes: []string{}}
 			if ie != nil {
 				res.Errors = resultErrors(ie.Err)
+			}
+			if c != nil {
+				res.Notes = append(res.Notes, c.Notes()...)
+				if output != "json" {
+					printNotes(cmd.ErrOrStderr(), path, c)
+				}
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {

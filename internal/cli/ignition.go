@@ -74,7 +74,7 @@ needs Ignition 2.15 or newer.
 Exit status: 0 rendered, 1 the output could not be written, 2 invalid input.`,
 		Args: wrapArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := loadConfig(path)
+			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

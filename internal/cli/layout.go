@@ -40,7 +40,7 @@ it, from --prefix (validated by the same rule; empty selects /usr/local).
 			}
 			var l layout.Layout
 			if cmd.Flags().Changed("config") {
-				c, err := loadConfig(mapConfigPath(root, path))
+				c, err := loadConfig(mapConfigPath(root, path), cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}

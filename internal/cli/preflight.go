@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +41,7 @@ reported as warnings with --ignore-preflight-errors.`,
 			if err := opts.Validate(preflight.DefaultNames); err != nil {
 				return invalid(err)
 			}
-			c, err := loadConfig(path)
+			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -85,7 +86,7 @@ reported as warnings with --ignore-preflight-errors.`,
 // for a support bundle.
 func preflightReport(path string) func(context.Context) (any, error) {
 	return func(ctx context.Context) (any, error) {
-		c, err := loadConfig(path)
+		c, err := loadConfig(path, io.Discard) // a support bundle records the report, not the notes
 		if err != nil {
 			return nil, err
 		}

@@ -36,7 +36,7 @@ is written and enabled in that tree only (image baking).`,
 			if err := layout.ValidateUnitPath(path); err != nil {
 				return invalidf("--config: %w", err)
 			}
-			c, err := loadConfig(mapConfigPath(root, path))
+			c, err := loadConfig(mapConfigPath(root, path), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

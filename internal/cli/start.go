@@ -67,6 +67,7 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			if err != nil {
 				return invalid(fmt.Errorf("start: %w; nothing was changed", err))
 			}
+			printNotes(cmd.ErrOrStderr(), path, c)
 			l, err := c.Layout("/", path)
 			if err != nil {
 				return invalid(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -80,7 +81,7 @@ func tokenSource(path, dir string, configGiven bool) (*identity.Source, error) {
 		}
 		return &identity.Source{Spec: s, Cache: identity.DirCache(dir)}, nil
 	}
-	c, err := loadConfig(path)
+	c, err := loadConfig(path, io.Discard) // the kubelet reads this plugin's output
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,8 @@ type jsonNode struct {
 	fields map[string]*jsonNode
 	elems  []*jsonNode
 	num    json.Number
+	str    string
+	b      bool
 }
 
 // DecodeError is a problem with the document itself (not its values).
@@ -114,10 +116,10 @@ func Decode(data []byte) (*Config, error) {
 	if err != nil {
 		return nil, syntaxError(pos, data, err)
 	}
-	var errs DecodeErrors
-	checkNode(pos, root, reflect.TypeOf(Config{}), "", &errs)
-	if len(errs) > 0 {
-		return nil, errs
+	st := &decodeState{pos: pos}
+	checkNode(st, root, reflect.TypeOf(Config{}), "")
+	if len(st.errs) > 0 {
+		return nil, st.errs
 	}
 	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
@@ -125,7 +127,23 @@ func Decode(data []byte) (*Config, error) {
 		// here means the two disagree, which is a bug worth surfacing as is.
 		return nil, DecodeErrors{{Msg: err.Error()}}
 	}
+	if err := st.applyAliases(&c); err != nil {
+		return nil, err
+	}
 	return &c, nil
+}
+
+// decodeState is what one strict pass collects: the problems, and the
+// upstream legacy keys it met (applied once the document has decoded).
+type decodeState struct {
+	pos     positioner
+	errs    DecodeErrors
+	aliases []aliasUse
+}
+
+func (st *decodeState) fail(off int64, path, msg string) {
+	line, col := st.pos.lineCol(off)
+	st.errs = append(st.errs, &DecodeError{Path: path, Line: line, Column: col, Msg: msg})
 }
 
 // sizeError refuses a document of size bytes, naming the limit.
@@ -266,11 +284,13 @@ func parseValue(dec *json.Decoder, data []byte, depth int, path string) (*jsonNo
 		}
 	case string:
 		n.kind = kindString
+		n.str = t
 	case json.Number:
 		n.kind = kindNumber
 		n.num = t
 	case bool:
 		n.kind = kindBool
+		n.b = t
 	case nil:
 		n.kind = kindNull
 	}
@@ -300,20 +320,17 @@ func jsonFields(t reflect.Type) (map[string]reflect.Type, []string) {
 	return fields, names
 }
 
-func checkNode(pos positioner, n *jsonNode, t reflect.Type, path string, errs *DecodeErrors) {
+func checkNode(st *decodeState, n *jsonNode, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		if n.kind == kindNull {
 			return
 		}
 		t = t.Elem()
 	}
-	fail := func(off int64, p, msg string) {
-		line, col := pos.lineCol(off)
-		*errs = append(*errs, &DecodeError{Path: p, Line: line, Column: col, Msg: msg})
-	}
+	fail := st.fail
 	want := func(k jsonKind, what string) bool {
 		if n.kind != k {
-			fail(n.offset, path, fmt.Sprintf("must be %s, found %s", what, n.kind))
+			fail(n.offset, path, fmt.Sprintf("must be %s, found %s%s", what, n.kind, upstreamTypeHint(path, n.kind)))
 			return false
 		}
 		return true
@@ -335,6 +352,9 @@ func checkNode(pos positioner, n *jsonNode, t reflect.Type, path string, errs *D
 		fields, names := jsonFields(t)
 		for i, key := range n.keys {
 			ft, ok := fields[key]
+			if !ok && st.upstreamKey(n.fields[key], n.keyOff[i], joinPath(path, key)) {
+				continue
+			}
 			if !ok {
 				msg := "unknown key"
 				if s := suggest(key, names); s != "" {
@@ -347,14 +367,14 @@ func checkNode(pos positioner, n *jsonNode, t reflect.Type, path string, errs *D
 				fail(n.keyOff[i], joinPath(path, key), msg)
 				continue
 			}
-			checkNode(pos, n.fields[key], ft, joinPath(path, key), errs)
+			checkNode(st, n.fields[key], ft, joinPath(path, key))
 		}
 	case reflect.Map:
 		if !want(kindObject, "an object of "+describeType(t.Elem())) {
 			return
 		}
 		for _, key := range n.keys {
-			checkNode(pos, n.fields[key], t.Elem(), joinPath(path, key), errs)
+			checkNode(st, n.fields[key], t.Elem(), joinPath(path, key))
 		}
 	case reflect.Slice:
 		if n.kind == kindNull {
@@ -364,7 +384,7 @@ func checkNode(pos positioner, n *jsonNode, t reflect.Type, path string, errs *D
 			return
 		}
 		for i, e := range n.elems {
-			checkNode(pos, e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs)
+			checkNode(st, e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
 	case reflect.String:
 		want(kindString, "a string")

@@ -23,7 +23,6 @@ const (
 	DefaultKubeletVerbosity         = 2
 	DefaultImageGCHighThreshold     = 85
 	DefaultImageGCLowThreshold      = 80
-	DefaultNPDVersion               = "v0.8.20"
 )
 
 // Hostname is how the default node name is found; tests replace it.
@@ -65,5 +64,4 @@ func ApplyDefaults(c *Config) {
 	}
 	setInt(&c.Node.Kubelet.ImageGCHighThreshold, DefaultImageGCHighThreshold)
 	setInt(&c.Node.Kubelet.ImageGCLowThreshold, DefaultImageGCLowThreshold)
-	setStr(&c.NPD.Version, DefaultNPDVersion)
 }

@@ -49,7 +49,16 @@ func indent(s string) string {
 func Parse(file string, data []byte) (*Config, error) {
 	c, err := Decode(data)
 	if err != nil {
+		var de DecodeErrors
+		if errors.As(err, &de) {
+			for _, e := range de {
+				e.Msg = withFile(e.Msg, file)
+			}
+		}
 		return nil, &InvalidError{File: file, Err: err}
+	}
+	for i := range c.notes {
+		c.notes[i] = withFile(c.notes[i], file)
 	}
 	ApplyDefaults(c)
 	if errs := Validate(c); len(errs) > 0 {
@@ -170,6 +179,9 @@ func LookupLayout(root, configFile string, log *slog.Logger) (layout.Layout, err
 	c, err := Parse(configFile, data)
 	if err != nil {
 		return layout.Layout{}, err
+	}
+	for _, n := range c.Notes() {
+		log.Warn("config: "+n, "config", configFile)
 	}
 	return c.Layout(root, configFile)
 }

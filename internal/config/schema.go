@@ -1,6 +1,7 @@
 // Package config owns the public JSON configuration of aks-flex-node: its
 // schema, strict decoding, defaults, validation, and the lookup that entry
-// points started by systemd use to find the layout.
+// points started by systemd use to find the layout; and what becomes of
+// upstream AKS Flex Node's keys (upstream.go) and their rewrite (Migrate).
 package config
 
 import "github.com/Azure/aks-flex-node/internal/layout"
@@ -14,18 +15,26 @@ type Config struct {
 	Bootstrap  Bootstrap  `json:"bootstrap"`
 	Networking Networking `json:"networking"`
 	Node       Node       `json:"node"`
-	NPD        NPD        `json:"npd"`
 
 	// layout is what Validate made of agent.hostPrefix and agent.logDir.
 	layout layout.Layout
+	// notes are the deprecations Decode found: upstream's legacy names it
+	// read as ours (see upstream.go).
+	notes []string
 }
 
+// Notes are one line each about upstream keys and values the file uses
+// that aks-flex-node reads under another name; empty for a file in this
+// product's schema.
+func (c *Config) Notes() []string { return c.notes }
+
+// Azure holds only keys some code reads. Upstream's ARM keys
+// (subscriptionId, resourceManagerEndpoint, targetAgentPoolName,
+// targetCluster) are refused by name in upstream.go: nothing here talks
+// to Azure Resource Manager.
 type Azure struct {
-	SubscriptionID          string `json:"subscriptionId,omitempty"`
-	TenantID                string `json:"tenantId,omitempty"`
-	Cloud                   string `json:"cloud,omitempty"`
-	ResourceManagerEndpoint string `json:"resourceManagerEndpoint,omitempty"`
-	TargetAgentPoolName     string `json:"targetAgentPoolName,omitempty"`
+	TenantID string `json:"tenantId,omitempty"`
+	Cloud    string `json:"cloud,omitempty"`
 	// AuthorityHost is the Microsoft Entra authority a service principal
 	// signs in at, for sovereign and private clouds; empty takes the
 	// authority of Cloud.
@@ -34,7 +43,6 @@ type Azure struct {
 	ManagedIdentity  *ManagedIdentity  `json:"managedIdentity,omitempty"`
 	ServicePrincipal *ServicePrincipal `json:"servicePrincipal,omitempty"`
 	Arc              *Arc              `json:"arc,omitempty"`
-	TargetCluster    TargetCluster     `json:"targetCluster"`
 }
 
 type BootstrapToken struct {
@@ -57,20 +65,11 @@ type ServicePrincipal struct {
 }
 
 // Arc, when enabled, takes the identity of the Azure Arc agent already
-// connected on the host (its local identity endpoint). The other keys are
-// upstream's Arc registration, which aks-flex-node does not do; validation
-// refuses them by name.
+// connected on the host (its local identity endpoint). Upstream's Arc
+// registration keys (machineName, resourceGroup, location, tags) are
+// refused by name in upstream.go: aks-flex-node registers no machine.
 type Arc struct {
-	Enabled       bool              `json:"enabled"`
-	MachineName   string            `json:"machineName,omitempty"`
-	ResourceGroup string            `json:"resourceGroup,omitempty"`
-	Location      string            `json:"location,omitempty"`
-	Tags          map[string]string `json:"tags,omitempty"`
-}
-
-type TargetCluster struct {
-	ResourceID string `json:"resourceId,omitempty"`
-	Location   string `json:"location,omitempty"`
+	Enabled bool `json:"enabled"`
 }
 
 type Agent struct {
@@ -132,8 +131,4 @@ type Kubelet struct {
 	Verbosity            *int   `json:"verbosity,omitempty"`
 	ImageGCHighThreshold int    `json:"imageGCHighThreshold"`
 	ImageGCLowThreshold  int    `json:"imageGCLowThreshold"`
-}
-
-type NPD struct {
-	Version string `json:"version"`
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -39,8 +38,6 @@ func (es ValidationErrors) Error() string {
 var (
 	bootstrapTokenRE = lazyRE(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 	guidRE           = lazyRE(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	aksResourceIDRE  = lazyRE(`(?i)^/subscriptions/([^/]+)/resourceGroups/([-\w\._\(\)]+)/providers/Microsoft\.ContainerService/managedClusters/([A-Za-z0-9][-_A-Za-z0-9]{0,62})$`)
-	agentPoolRE      = lazyRE(`^[a-z][a-z0-9]{0,11}$`)
 	versionRE        = lazyRE(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
 )
 
@@ -67,7 +64,6 @@ func Validate(c *Config) ValidationErrors {
 	v := &validator{}
 	methods := azureMethods(&c.Azure)
 	v.azureIdentities(&c.Azure)
-	v.azureArc(&c.Azure)
 	v.azureAuth(&c.Azure, methods)
 	v.agent(c)
 	v.components(&c.Components)
@@ -82,9 +78,6 @@ func Validate(c *Config) ValidationErrors {
 	}
 	v.apiServer(&c.Node.Kubelet, method)
 	v.kubelet(&c.Node.Kubelet)
-	if !versionRE().MatchString(c.NPD.Version) {
-		v.add("npd.version", "%q is not a version like v1.2.3", c.NPD.Version)
-	}
 	return v.errs
 }
 
@@ -133,22 +126,11 @@ func azureMethods(a *Azure) []string {
 
 // azureIdentities checks the IDs, names and endpoints under azure.
 func (v *validator) azureIdentities(a *Azure) {
-	if a.SubscriptionID != "" && !guidRE().MatchString(a.SubscriptionID) {
-		v.add("azure.subscriptionId", "%q is not a GUID", a.SubscriptionID)
-	}
 	if a.TenantID != "" && !guidRE().MatchString(a.TenantID) {
 		v.add("azure.tenantId", "%q is not a GUID", a.TenantID)
 	}
 	if !contains(knownClouds, a.Cloud) {
 		v.add("azure.cloud", "%q is not a known cloud; use one of %s", a.Cloud, strings.Join(knownClouds, ", "))
-	}
-	if a.ResourceManagerEndpoint != "" {
-		if u, err := url.Parse(a.ResourceManagerEndpoint); err != nil || u.Scheme != "https" || u.Host == "" {
-			v.add("azure.resourceManagerEndpoint", "%q must be an https URL", a.ResourceManagerEndpoint)
-		}
-	}
-	if a.TargetAgentPoolName != "" && !agentPoolRE().MatchString(a.TargetAgentPoolName) {
-		v.add("azure.targetAgentPoolName", "%q must be 1-12 lowercase alphanumerics starting with a letter", a.TargetAgentPoolName)
 	}
 	if a.BootstrapToken != nil && !bootstrapTokenRE().MatchString(a.BootstrapToken.Token) {
 		// Never echo the value: it is a credential.
@@ -189,29 +171,6 @@ func (v *validator) servicePrincipal(a *Azure, sp *ServicePrincipal) {
 	}
 }
 
-// azureArc refuses upstream's Arc registration keys by name: with
-// azure.arc.enabled the agent uses the identity of an Arc agent that is
-// already connected; it registers nothing, so these keys would do nothing.
-func (v *validator) azureArc(a *Azure) {
-	if a.Arc == nil {
-		return
-	}
-	const why = "registers the machine with Azure Arc in upstream AKS Flex Node; aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
-	for _, k := range []struct {
-		key string
-		set bool
-	}{
-		{"machineName", a.Arc.MachineName != ""},
-		{"resourceGroup", a.Arc.ResourceGroup != ""},
-		{"location", a.Arc.Location != ""},
-		{"tags", len(a.Arc.Tags) > 0},
-	} {
-		if k.set {
-			v.add("azure.arc."+k.key, "%s", why)
-		}
-	}
-}
-
 // azureAuth checks that exactly one way to join is set. A bootstrap token
 // next to an Azure identity would never be used (the kubelet takes the
 // identity), so the two are not combined.
@@ -219,15 +178,12 @@ func (v *validator) azureAuth(a *Azure, methods []string) {
 	switch {
 	case len(methods) == 0:
 		v.add("azure", "no authentication method: set one of azure.bootstrapToken, azure.managedIdentity, azure.servicePrincipal or azure.arc")
+	case len(methods) > 1 && methods[0] == "azure.bootstrapToken":
+		// Upstream allows this pair: the identity registers the AKS
+		// machine resource and the token joins the kubelet.
+		v.add("azure", "exactly one authentication method may be set, found %s; upstream AKS Flex Node uses the identity next to a bootstrap token only to register the AKS machine resource, which aks-flex-node does not do: keep one", strings.Join(methods, ", "))
 	case len(methods) > 1:
 		v.add("azure", "exactly one authentication method may be set, found %s", strings.Join(methods, ", "))
-	}
-	if id := a.TargetCluster.ResourceID; id != "" {
-		if m := aksResourceIDRE().FindStringSubmatch(id); m == nil {
-			v.add("azure.targetCluster.resourceId", "%q is not an AKS resource ID; want /subscriptions/<id>/resourceGroups/<group>/providers/Microsoft.ContainerService/managedClusters/<name>", id)
-		} else if !guidRE().MatchString(m[1]) {
-			v.add("azure.targetCluster.resourceId", "subscription %q is not a GUID", m[1])
-		}
 	}
 }
 

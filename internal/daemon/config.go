@@ -31,6 +31,9 @@ func WaitForConfig(ctx context.Context, path string, log *slog.Logger) (*config.
 		var ie *config.InvalidError
 		switch {
 		case lastErr == nil:
+			for _, n := range c.Notes() {
+				log.Warn("config: deprecated: "+n, "config", path)
+			}
 			return true, nil
 		case errors.As(lastErr, &ie):
 			return false, lastErr
