@@ -185,7 +185,17 @@ func (s *Stager) saveRecord(dir, manifestSum string, stamp []fileStamp, at time.
 // matches is not hashed; any other is verified in full and its record
 // replaced. It says which of the two happened.
 func (s *Stager) VerifyQuick(ctx context.Context, dir string) (Verification, error) {
-	if _, err := s.verify(ctx, dir); err != nil {
+	return s.verifyQuick(ctx, dir, true)
+}
+
+// CheckQuick is VerifyQuick for preflight: it reads the record but never
+// writes one (see verify); start's stage and install tasks save it.
+func (s *Stager) CheckQuick(ctx context.Context, dir string) (Verification, error) {
+	return s.verifyQuick(ctx, dir, false)
+}
+
+func (s *Stager) verifyQuick(ctx context.Context, dir string, record bool) (Verification, error) {
+	if _, err := s.verify(ctx, dir, record); err != nil {
 		return Verification{}, err
 	}
 	if s.verified == nil { // verified, but its files could not be stat'ed

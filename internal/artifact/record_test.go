@@ -150,3 +150,30 @@ func TestVerificationRecordThroughLink(t *testing.T) {
 		t.Errorf("install through the link: %+v %v, %d bytes hashed", res, err, n)
 	}
 }
+
+// Preflight's check saves no record, even with a state dir there: a start
+// it refuses must leave the host as it was. The stage that runs once
+// preflight passed saves the record the check earned, without hashing
+// again.
+func TestCheckQuickWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := builtBundle(t)
+	s := recordStager(t, "")
+	if v, err := s.CheckQuick(ctx, dir); err != nil || !v.Now {
+		t.Fatalf("check: %+v %v", v, err)
+	}
+	records := s.Layout.OnRoot(s.Layout.StateDir() + "/" + RecordDir)
+	if _, err := os.Stat(records); !os.IsNotExist(err) {
+		t.Fatalf("preflight's check wrote %s (%v)", records, err)
+	}
+	if n := hashedBy(func() {
+		if err := s.Verify(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("the stage after the check hashed %d bytes again", n)
+	}
+	if recs, _ := filepath.Glob(records + "/*.json"); len(recs) != 1 {
+		t.Errorf("records after the stage: %v, want one", recs)
+	}
+}

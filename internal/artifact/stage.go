@@ -203,7 +203,7 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 	if err != nil {
 		return Staged{}, err
 	}
-	if _, err := s.verify(ctx, dir); err != nil {
+	if _, err := s.verify(ctx, dir, true); err != nil {
 		_ = os.RemoveAll(dir)
 		return Staged{}, fmt.Errorf("bundle pulled from %s into %s does not verify (removed): %w", ref, staged, err)
 	}
@@ -240,7 +240,7 @@ func removeTempFiles(dir string) error {
 // (record.go), or that this process verified and that did not change
 // since, is not hashed again.
 func (s *Stager) Verify(ctx context.Context, dir string) error {
-	_, err := s.verify(ctx, dir)
+	_, err := s.verify(ctx, dir, true)
 	return err
 }
 
@@ -261,11 +261,18 @@ func (s *Stager) Inspect(ctx context.Context, ref string) error {
 
 // verify verifies dir in full and returns its manifest, unless this
 // process already did, or its verification record says it was, and no
-// file of it changed since (device, inode, size, mtime, ctime).
-func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
+// file of it changed since (device, inode, size, mtime, ctime). With
+// record, a bundle this process hashed gets its record saved (when there
+// is a state dir); preflight passes false: it must write nothing on a
+// host whose start it may refuse, so the stage and install tasks that
+// run once it passed save the record it earned.
+func (s *Stager) verify(ctx context.Context, dir string, record bool) (*Manifest, error) {
 	key := bundleKey(dir)
 	if v := s.verified; v != nil && v.dir == key && v.want == s.Want {
 		if cur, err := stampBundle(dir); err == nil && slices.Equal(cur, v.stamp) {
+			if record {
+				s.recordVerified()
+			}
 			return v.manifest, nil
 		}
 	}
@@ -290,7 +297,9 @@ func (s *Stager) verify(ctx context.Context, dir string) (*Manifest, error) {
 	s.log().Debug("verified bundle", "dir", dir, "files", len(m.Files)+len(m.Legal), "duration", time.Since(start).Round(time.Millisecond))
 	if stampErr == nil && sumErr == nil {
 		s.verified = &verifiedBundle{dir: key, want: s.Want, stamp: stamp, manifest: m, how: Verification{Since: start, Now: true}, manifestSum: sum}
-		s.recordVerified()
+		if record {
+			s.recordVerified()
+		}
 	}
 	return m, nil
 }
@@ -304,7 +313,7 @@ func (s *Stager) Install(ctx context.Context, dir string) (task.Result, error) {
 	if s.Unchanged(dir) {
 		return task.Result{Detail: "bundle and installed files unchanged since verified"}, s.RemoveStale(dir)
 	}
-	m, err := s.verify(ctx, dir)
+	m, err := s.verify(ctx, dir, true)
 	if err != nil {
 		return task.Result{}, err
 	}

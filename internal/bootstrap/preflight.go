@@ -59,7 +59,7 @@ func (e *RefusedError) Error() string {
 // unpacks.
 func (s *Start) WireChecks(env *preflight.Env) {
 	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) (string, error) {
-		v, err := s.stager.VerifyQuick(ctx, dir)
+		v, err := s.stager.CheckQuick(ctx, dir)
 		return v.String(), err
 	}
 	env.InspectOfflineArtifacts = s.stager.Inspect
