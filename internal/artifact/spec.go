@@ -1,13 +1,13 @@
 package artifact
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/strictjson"
 )
 
 // Spec is the input of `artifacts build`: what one bundle holds. Its
@@ -37,18 +37,9 @@ func LoadSpec(p string) (*Spec, error) {
 
 // ParseSpec is LoadSpec on bytes; name is where they came from.
 func ParseSpec(name string, data []byte) (*Spec, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
 	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, fmt.Errorf("%s: %s: %s is not a JSON %s", name, te.Field, te.Value, te.Type)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%s: data after the spec object", name)
+	if err := strictjson.Decode(name, data, &s); err != nil {
+		return nil, err
 	}
 	var errs []error
 	bad := func(field, format string, a ...any) {

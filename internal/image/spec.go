@@ -1,8 +1,6 @@
 package image
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/strictjson"
 )
 
 // SpecSchemaVersion is the image spec schema this package reads.
@@ -87,18 +87,9 @@ func LoadSpec(p string) (*Spec, error) {
 
 // ParseSpec is LoadSpec on bytes; name says where they came from.
 func ParseSpec(name string, data []byte) (*Spec, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, fmt.Errorf("%s: %s: %s is not a JSON %s", name, te.Field, te.Value, te.Type)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%s: data after the spec object", name)
+	if err := strictjson.Decode(name, data, &s); err != nil {
+		return nil, err
 	}
 	var errs []error
 	bad := func(field, format string, a ...any) {

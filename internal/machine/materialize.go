@@ -307,6 +307,18 @@ func (m *materializer) copyFile(src, dst string, x *indexEntry, clone bool) erro
 		return err
 	}
 	defer out.Close()
+	if err := m.fill(in, out, x, clone); err != nil {
+		return err
+	}
+	t := time.Unix(0, x.Mtime)
+	return m.root.Chtimes(dst, t, t)
+}
+
+// fill gives the new file out in's content (copied, or with clone
+// reflinked) and extended attributes, and x's owner and mode, and closes
+// it: what copyFile and copyFileAt share once both files are open. The
+// mtime is left to the caller, which set it by the path it opened out by.
+func (m *materializer) fill(in, out *os.File, x *indexEntry, clone bool) error {
 	if clone {
 		if err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())); err != nil {
 			return err
@@ -323,12 +335,11 @@ func (m *materializer) copyFile(src, dst string, x *indexEntry, clone bool) erro
 	if err := out.Chmod(fileMode(x.Mode)); err != nil {
 		return err
 	}
-	t := time.Unix(0, x.Mtime)
 	if err := out.Close(); err != nil {
 		return err
 	}
 	m.copied++
-	return m.root.Chtimes(dst, t, t)
+	return nil
 }
 
 // copyXattrs copies the extended attributes a layer gave a file (file

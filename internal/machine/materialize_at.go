@@ -3,7 +3,6 @@ package machine
 import (
 	"archive/tar"
 	"errors"
-	"io"
 	"os"
 	"path"
 	"strings"
@@ -169,26 +168,9 @@ func (m *materializer) copyFileAt(sfd, dfd int, name string, x *indexEntry, clon
 	}
 	out := os.NewFile(uintptr(ofd), name)
 	defer out.Close()
-	if clone {
-		if err := unix.IoctlFileClone(ofd, ifd); err != nil {
-			return err
-		}
-	} else if _, err := io.Copy(out, in); err != nil {
+	if err := m.fill(in, out, x, clone); err != nil {
 		return err
 	}
-	copyXattrs(in, out)
-	if m.chown {
-		if err := out.Chown(x.UID, x.GID); err != nil {
-			return err
-		}
-	}
-	if err := out.Chmod(fileMode(x.Mode)); err != nil {
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	m.copied++
 	ts := unix.NsecToTimespec(x.Mtime)
 	return unix.UtimesNanoAt(dfd, name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
