@@ -22,7 +22,7 @@ import (
 // is held by this reset, and removing it under the holder would let a
 // second holder in (its Release removes it, and the state dir if that
 // leaves it empty).
-var keepInStateDir = map[string]bool{"install-record": true, nodelock.FileName: true}
+var keepInStateDir = map[string]bool{layout.InstallRecordName: true, nodelock.FileName: true}
 
 type removeTrackedPaths struct {
 	layout layout.Layout

@@ -37,6 +37,10 @@ const (
 	AgentSocketName = "agent.sock"
 	// AgentLogName is the agent's log file in the log dir.
 	AgentLogName = "agent.log"
+	// InstallRecordName is the file under the state dir where install.sh
+	// records what it installed, for uninstall.sh (the scripts spell it
+	// too; reset keeps it).
+	InstallRecordName = "install-record"
 	// SuggestedPrefix is the prefix messages recommend on hosts whose /usr
 	// is read-only. It is only ever suggested, never applied.
 	SuggestedPrefix = "/opt/aks-flex-node"
