@@ -1,6 +1,6 @@
 // Package artifact owns the Kubernetes node binaries and images the agent
 // installs into a machine: the offline bundle format (docs/offline-bundle.md)
-// and its manifest, verification of every file against the manifest and
+// and its manifest, in this product's layout or upstream's (upstream.go), verification of every file against the manifest and
 // its .sha256 sidecar, installation into a machine rootfs, verified
 // downloads from the upstream release sites into the same layout, and
 // staging for start (stage.go): where a bundle is staged on the host, the
