@@ -106,10 +106,7 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 			if m.WorkerImage != nil {
 				wi = ", worker image " + m.WorkerImage.Digest
 			}
-			if m.Layout == artifact.LayoutUpstream {
-				wi += ", upstream's layout"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "built %s: kubernetes %s %s, %d files, %d images, %d legal files%s\n", out, m.Components.Kubernetes, m.Arch, len(m.Files), len(m.Images), len(m.Legal), wi)
+			fmt.Fprintf(cmd.OutOrStdout(), "built %s: kubernetes %s %s, %d files, %d images, %d legal files%s%s\n", out, m.Components.Kubernetes, m.Arch, len(m.Files), len(m.Images), len(m.Legal), wi, layoutNote(m.Layout))
 			return nil
 		},
 	}
@@ -243,11 +240,7 @@ usage or an invalid config.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: artifacts verify: %s: %d problem(s)\n", src, len(ps))
 				return &exitError{code: ExitFailure, err: errSilent}
 			}
-			if bl == artifact.LayoutUpstream {
-				fmt.Fprintf(out, "%s: verified, %d files, upstream's layout\n", src, n)
-				return nil
-			}
-			fmt.Fprintf(out, "%s: verified, %d files\n", src, n)
+			fmt.Fprintf(out, "%s: verified, %d files%s\n", src, n, layoutNote(bl))
 			return nil
 		},
 	}
@@ -317,3 +310,12 @@ func verifySource(ctx context.Context, src string, want artifact.Components, arc
 
 // oneLine keeps a problem on one output line.
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
+
+// layoutNote says so when a bundle is in upstream's layout; this
+// product's own needs no note.
+func layoutNote(l string) string {
+	if l == artifact.LayoutUpstream {
+		return ", upstream's layout"
+	}
+	return ""
+}
