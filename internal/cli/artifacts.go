@@ -68,7 +68,8 @@ the kubelet, image archives under container-images/<arch>/, and a manifest.json
 of versions and image references; docs/offline-bundle.md). It needs
 components.crictl, and has no place for --worker-image or --legal-files-dir.
 With --from-dir, a bundle in the other layout serves as the source tree, so
-build converts between the two. verify, preflight and start read either.
+build converts between the two (kube-proxy, which this product's layout lacks,
+must be in SRC at upstream's path). verify, preflight and start read either.
 
 The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 2 bad usage or an invalid spec.`,
