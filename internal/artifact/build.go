@@ -47,6 +47,10 @@ type BuildOptions struct {
 	// OCI layout dir holding one image (an image build output), or
 	// oci-layout:///dir:tag; "" carries none.
 	WorkerImage string
+	// Layout is LayoutNative ("" too) or LayoutUpstream: upstream's file
+	// list (with kube-proxy) and manifest.json (upstream.go), which has no
+	// place for a worker image or legal files.
+	Layout string
 }
 
 // BuildMtime is the modification time of every file and directory Build
@@ -65,6 +69,12 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Layout == "" {
+		o.Layout = LayoutNative
+	}
+	if err := buildLayoutCheck(o); err != nil {
+		return nil, err
+	}
 	out := filepath.Clean(o.OutputDir)
 	tmp, err := newBuildDir(out)
 	if err != nil {
@@ -73,7 +83,7 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 	defer os.RemoveAll(tmp)
 	b := &builder{ctx: ctx, o: o, arch: arch, dir: tmp, m: &Manifest{
 		SchemaVersion: SchemaVersion, Arch: arch, Components: o.Spec.Components,
-		Files: []File{}, Images: []Image{}, Legal: []LegalFile{},
+		Files: []File{}, Images: []Image{}, Legal: []LegalFile{}, Layout: o.Layout,
 	}}
 	if err := b.components(); err != nil {
 		return nil, err
@@ -151,14 +161,15 @@ type builder struct {
 // paths, or a mirror of the upstream ones) or downloaded upstream.
 func (b *builder) components() error {
 	s := b.o.Spec
-	comps := BundlePaths(s.Components, b.arch)
+	comps := b.paths()
+	downloads := b.o.Upstream.urls(s.Components, b.arch, comps)
 	names := make([]string, 0, len(comps))
 	for c := range comps {
 		names = append(names, c)
 	}
 	sort.Strings(names)
 	if b.o.FromDir == "" {
-		if err := Fetch(b.ctx, b.o.Transport, b.o.Upstream.URLs(s.Components, b.arch), b.dir); err != nil {
+		if err := Fetch(b.ctx, b.o.Transport, downloads, b.dir); err != nil {
 			return err
 		}
 		for _, c := range names {
@@ -175,11 +186,19 @@ func (b *builder) components() error {
 		return nil
 	}
 	mirror := map[string]Download{}
-	for _, d := range b.o.Upstream.URLs(s.Components, b.arch) {
+	for _, d := range downloads {
 		mirror[d.Component] = d
+	}
+	other := UpstreamPaths(s.Components, b.arch)
+	if b.o.Layout == LayoutUpstream {
+		other = BundlePaths(s.Components, b.arch)
 	}
 	for _, c := range names {
 		f, err := copyIn(b.ctx, b.o.FromDir, b.dir, comps[c])
+		// A bundle in the other layout serves as --from-dir too.
+		if alt, ok := other[c]; ok && errors.Is(err, fs.ErrNotExist) {
+			f, err = copyInAs(b.ctx, b.o.FromDir, alt, b.dir, comps[c])
+		}
 		if d, ok := mirror[c]; ok && errors.Is(err, fs.ErrNotExist) {
 			f, err = copyMirrored(b.ctx, b.o.FromDir, b.dir, d)
 		}
@@ -197,8 +216,15 @@ func (b *builder) images() error {
 	for _, im := range b.o.Spec.Images {
 		var f File
 		var err error
+		src := im.Path
+		if b.o.Layout == LayoutUpstream {
+			im.Path = UpstreamImagePath(b.arch, im.Ref)
+		}
 		if b.o.FromDir != "" {
-			f, err = copyIn(b.ctx, b.o.FromDir, b.dir, im.Path)
+			f, err = copyInAs(b.ctx, b.o.FromDir, src, b.dir, im.Path)
+			if alt := UpstreamImagePath(b.arch, im.Ref); errors.Is(err, fs.ErrNotExist) && alt != src {
+				f, err = copyInAs(b.ctx, b.o.FromDir, alt, b.dir, im.Path)
+			}
 		} else {
 			f, err = b.pullImage(im)
 		}
@@ -270,7 +296,11 @@ func (b *builder) seal() error {
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	sort.Slice(m.Images, func(i, j int) bool { return m.Images[i].Path < m.Images[j].Path })
 	sort.Slice(m.Legal, func(i, j int) bool { return m.Legal[i].Path < m.Legal[j].Path })
-	if _, err := WriteManifest(b.dir, m); err != nil {
+	if m.Layout == LayoutUpstream {
+		if err := writeUpstreamManifest(b.dir, m); err != nil {
+			return err
+		}
+	} else if _, err := WriteManifest(b.dir, m); err != nil {
 		return err
 	}
 	if err := os.Chmod(filepath.Join(b.dir, ManifestName), 0o644); err != nil {
@@ -297,7 +327,16 @@ func fixMtimes(dir string) error {
 // the source (what a mirror of the release site has for most files) must
 // agree with the content.
 func copyIn(ctx context.Context, src, bundle, rel string) (File, error) {
-	from := filepath.Join(src, filepath.FromSlash(rel))
+	return copyInAs(ctx, src, rel, bundle, rel)
+}
+
+// copyInAs is copyIn from src/srcRel: an image archive is at the spec's
+// path in --from-dir whatever the layout being built.
+func copyInAs(ctx context.Context, src, srcRel, bundle, rel string) (File, error) {
+	if err := validRel(srcRel); err != nil {
+		return File{}, err
+	}
+	from := filepath.Join(src, filepath.FromSlash(srcRel))
 	f, err := copyFile(ctx, from, bundle, rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -37,6 +37,12 @@ func UpstreamURLs(c Components, arch string) []Download { return Upstream{}.URLs
 // URLs lists the downloads for components c on linux/arch, in bundle path
 // order. crictl is included only when c.Crictl is set.
 func (u Upstream) URLs(c Components, arch string) []Download {
+	return u.urls(c, arch, BundlePaths(c, arch))
+}
+
+// urls lists the downloads of the components p maps to their bundle paths
+// (this product's layout or upstream's, which adds kube-proxy).
+func (u Upstream) urls(c Components, arch string, p map[string]string) []Download {
 	k8s, gh := strings.TrimSuffix(u.KubernetesURL, "/"), strings.TrimSuffix(u.GitHubURL, "/")
 	if k8s == "" {
 		k8s = "https://dl.k8s.io"
@@ -44,9 +50,11 @@ func (u Upstream) URLs(c Components, arch string) []Download {
 	if gh == "" {
 		gh = "https://github.com"
 	}
-	p := BundlePaths(c, arch)
 	var ds []Download
-	for _, bin := range []string{Kubelet, Kubectl} {
+	for _, bin := range []string{Kubelet, Kubectl, KubeProxy} {
+		if _, ok := p[bin]; !ok {
+			continue
+		}
 		url := fmt.Sprintf("%s/release/v%s/bin/linux/%s/%s", k8s, c.Kubernetes, arch, bin)
 		ds = append(ds, Download{bin, url, url + ".sha256", p[bin]})
 	}

@@ -93,6 +93,9 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 			})
 		case ImageFile:
 			err = in.file(f, nodedirs.ImageArchives, path.Base(f.Path), imageMode)
+		case KubeProxy:
+			// Verified with the bundle (upstream's layout carries it),
+			// not installed: this product runs no kube-proxy yet.
 		}
 		if err != nil {
 			return task.Result{Changed: in.changed > 0}, fmt.Errorf("install %s: %w", f.Path, err)

@@ -1,6 +1,6 @@
 // Package artifact owns the Kubernetes node binaries and images the agent
 // installs into a machine: the offline bundle format (docs/offline-bundle.md)
-// and its manifest, verification of every file against the manifest and
+// and its manifest, in this product's layout or upstream's (upstream.go), verification of every file against the manifest and
 // its .sha256 sidecar, installation into a machine rootfs, verified
 // downloads from the upstream release sites into the same layout, and
 // staging for start (stage.go): where a bundle is staged on the host, the
@@ -92,6 +92,9 @@ type Manifest struct {
 	// WorkerImage is the worker image the bundle carries (worker.go);
 	// nil when it carries none.
 	WorkerImage *WorkerImage `json:"workerImage,omitempty"`
+	// Layout is the layout the bundle was read in: LayoutNative, or
+	// LayoutUpstream for a manifest read by loadUpstream (upstream.go).
+	Layout string `json:"-"`
 }
 
 // File returns the entry for path, or nil.
@@ -159,7 +162,8 @@ func validHex(s string) bool {
 
 // LoadManifest reads and checks dir/manifest.json: a regular file (a
 // named pipe there is refused, not waited on), strict JSON, schema
-// version, and paths that stay inside the bundle.
+// version, and paths that stay inside the bundle. A manifest in
+// upstream's layout is detected and read as upstream's (upstream.go).
 func LoadManifest(dir string) (*Manifest, error) {
 	p := filepath.Join(dir, ManifestName)
 	f, err := fsutil.OpenRegular(p)
@@ -171,14 +175,28 @@ func LoadManifest(dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	return ParseManifest(p, data)
+	return parseManifestIn(dir, p, data)
+}
+
+// parseManifestIn parses the manifest of the bundle in dir in the layout
+// it is in: upstream's derives its file list from dir.
+func parseManifestIn(dir, name string, data []byte) (*Manifest, error) {
+	if len(data) > maxManifest {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, maxManifest)
+	}
+	if l, err := DetectLayout(name, data); err == nil && l == LayoutUpstream {
+		return loadUpstream(dir, name, data)
+	}
+	return ParseManifest(name, data)
 }
 
 // maxManifest bounds manifest.json, which is read whole.
 const maxManifest = 16 << 20
 
-// ParseManifest decodes and checks manifest bytes; name says where they
-// came from (a path or a registry reference) in errors.
+// ParseManifest decodes and checks manifest bytes in this product's
+// layout; name says where they came from (a path or a registry
+// reference) in errors. Upstream's layout is refused here, naming it: its
+// file list comes from the bundle dir (LoadManifest).
 func ParseManifest(name string, data []byte) (*Manifest, error) {
 	p := name
 	if len(data) > maxManifest {
@@ -188,11 +206,15 @@ func ParseManifest(name string, data []byte) (*Manifest, error) {
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
+		if l, lerr := DetectLayout(p, data); lerr == nil && l == LayoutUpstream {
+			return nil, fmt.Errorf("%s is in upstream's layout, which is read from a bundle directory (a path or file://), not from here", p)
+		}
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%s: data after the manifest object", p)
 	}
+	m.Layout = LayoutNative
 	var errs []error
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", p, field, fmt.Sprintf(format, a...)))

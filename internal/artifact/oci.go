@@ -152,6 +152,11 @@ func (r Registry) Push(ctx context.Context, dir, source string) (string, error) 
 	if len(ps) > 0 {
 		return "", fmt.Errorf("bundle %s does not verify, not pushing: %w", dir, Problems(ps))
 	}
+	if m.Layout == LayoutUpstream {
+		// Its manifest names no checksums, so the artifact's layers could
+		// not be checked against it when it is pulled.
+		return "", fmt.Errorf("bundle %s is in upstream's layout, which is read from a directory only: convert it with artifacts build --layout native --from-dir %s, and push that", dir, dir)
+	}
 	cfg, err := os.ReadFile(filepath.Join(dir, ManifestName))
 	if err != nil {
 		return "", err

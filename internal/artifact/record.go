@@ -130,7 +130,7 @@ func (s *Stager) fromRecord(dir string) (m *Manifest, r record, ok bool) {
 	if err != nil || sum != r.Manifest {
 		return nil, r, false
 	}
-	m, err = ParseManifest(filepath.Join(dir, ManifestName), b)
+	m, err = parseManifestIn(dir, filepath.Join(dir, ManifestName), b)
 	if err != nil {
 		return nil, r, false
 	}

@@ -64,6 +64,8 @@ type Staged struct {
 	HostDir     string
 	Pulled      bool
 	WorkerImage string
+	// Layout is the bundle's layout: LayoutNative or LayoutUpstream.
+	Layout string
 }
 
 // verifiedBundle is a bundle verified in full by this process: its stamp,
@@ -119,6 +121,7 @@ func (s *Stager) Stage(ctx context.Context) (Staged, error) {
 		return Staged{}, err
 	}
 	st.WorkerImage = m.WorkerImageRef(st.HostDir)
+	st.Layout = m.Layout
 	return st, nil
 }
 

@@ -81,7 +81,7 @@ func versionProblems(m *Manifest, where string, want Components, arch string) []
 }
 
 // layoutProblems checks that the manifest lists each component at its
-// release-layout path and that every image is a file.
+// path in the bundle's layout and that every image is a file.
 func layoutProblems(m *Manifest, where string) []Problem {
 	var ps []Problem
 	add := func(format string, a ...any) { ps = append(ps, Problem{where, fmt.Sprintf(format, a...)}) }
@@ -89,8 +89,12 @@ func layoutProblems(m *Manifest, where string) []Problem {
 	for _, f := range m.Files {
 		byComponent[f.Component] = append(byComponent[f.Component], f.Path)
 	}
-	for _, comp := range []string{Kubelet, Kubectl, Containerd, Runc, CNI, Crictl} {
-		expected, needed := BundlePaths(m.Components, m.Arch)[comp]
+	paths := BundlePaths(m.Components, m.Arch)
+	if m.Layout == LayoutUpstream {
+		paths = UpstreamPaths(m.Components, m.Arch)
+	}
+	for _, comp := range []string{Kubelet, Kubectl, KubeProxy, Containerd, Runc, CNI, Crictl} {
+		expected, needed := paths[comp]
 		got := byComponent[comp]
 		switch {
 		case !needed && len(got) == 0:
@@ -125,12 +129,12 @@ func verify(ctx context.Context, dir string, want Components, arch string) (*Man
 		if err := ctx.Err(); err != nil {
 			return m, append(ps, Problem{dir, err.Error()})
 		}
-		if p := checkFile(ctx, dir, f.Path, f.SHA256, f.Size, f.Component == ImageFile); p != nil {
+		if p := checkFile(ctx, dir, f.Path, f.SHA256, f.Size, f.Component == ImageFile, m.Layout == LayoutUpstream); p != nil {
 			ps = append(ps, *p)
 		}
 	}
 	for _, l := range m.Legal {
-		if p := checkFile(ctx, dir, l.Path, l.SHA256, l.Size, false); p != nil {
+		if p := checkFile(ctx, dir, l.Path, l.SHA256, l.Size, false, false); p != nil {
 			ps = append(ps, *p)
 		}
 	}
@@ -143,11 +147,16 @@ func verify(ctx context.Context, dir string, want Components, arch string) (*Man
 // checkFile reads the file once: hashing it, and for an image archive
 // walking its tar headers on the way. Only regular files are opened (a
 // named pipe in a bundle is a problem, not a hang), and the size checked
-// is that of the file opened.
-func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, image bool) *Problem {
+// is that of the file opened. In upstream's layout (sidecarOnly) the
+// manifest has no checksums: the sidecar is the one the hash must match,
+// and wantSum is what it said when the manifest was read.
+func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, image, sidecarOnly bool) *Problem {
 	p := filepath.Join(dir, filepath.FromSlash(rel))
 	f, err := fsutil.OpenRegular(p)
 	if err != nil {
+		if sidecarOnly {
+			return &Problem{p, fmt.Sprintf("upstream's layout has it for the manifest's versions and images, but it is unreadable: %v", err)}
+		}
 		return &Problem{p, fmt.Sprintf("listed in the manifest but unreadable: %v", err)}
 	}
 	defer f.Close()
@@ -164,9 +173,9 @@ func checkFile(ctx context.Context, dir, rel, wantSum string, wantSize int64, im
 	switch {
 	case err != nil:
 		return &Problem{p, err.Error()}
-	case sum != wantSum:
+	case sum != wantSum && !sidecarOnly:
 		return &Problem{p, fmt.Sprintf("sha256 %s != manifest %s", sum, wantSum)}
-	case sum != side:
+	case sum != side || sum != wantSum:
 		return &Problem{p, fmt.Sprintf("sha256 %s != %s.sha256 %s", sum, filepath.Base(p), side)}
 	case imageErr != nil:
 		return &Problem{p, "not a readable image archive: " + imageErr.Error()}

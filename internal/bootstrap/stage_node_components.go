@@ -29,5 +29,9 @@ func (t *stageNodeComponents) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	t.staged.Set(st)
-	return task.Result{Changed: st.Pulled, Detail: st.Dir}, nil
+	detail := st.Dir
+	if st.Layout == artifact.LayoutUpstream {
+		detail += " (upstream's layout)"
+	}
+	return task.Result{Changed: st.Pulled, Detail: detail}, nil
 }

@@ -36,7 +36,7 @@ it to a registry with 'artifacts push', and check one with 'artifacts verify'.`,
 }
 
 func newArtifactsBuildCommand() *cobra.Command {
-	var spec, out, arch, from, legal, worker string
+	var spec, out, arch, from, legal, worker, bundleLayout string
 	var plainHTTP bool
 	cmd := &cobra.Command{
 		Use:   "build --manifest M --output-dir D",
@@ -62,6 +62,15 @@ manifest's workerImage; start uses it when bootstrap.ociImage is empty. W is
 an 'image build' output dir or any OCI layout holding one image, or
 oci-layout:///dir:tag.
 
+--layout upstream writes upstream AKS Flex Node's layout instead (the one its
+agent-artifacts-builder writes: cni/ and crictl/ directories, kube-proxy next to
+the kubelet, image archives under container-images/<arch>/, and a manifest.json
+of versions and image references; docs/offline-bundle.md). It needs
+components.crictl, and has no place for --worker-image or --legal-files-dir.
+With --from-dir, a bundle in the other layout serves as the source tree, so
+build converts between the two (kube-proxy, which this product's layout lacks,
+must be in SRC at upstream's path). verify, preflight and start read either.
+
 The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 2 bad usage or an invalid spec.`,
 		Args: cobra.NoArgs,
@@ -71,6 +80,9 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 			}
 			if arch != "" && arch != "amd64" && arch != "arm64" {
 				return invalidf("artifacts build: --arch %q: must be amd64 or arm64", arch)
+			}
+			if err := artifact.ValidLayout(bundleLayout); err != nil {
+				return invalidf("artifacts build: --layout: %v", err)
 			}
 			s, err := artifact.LoadSpec(spec)
 			if err != nil {
@@ -85,7 +97,7 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 			reg := artifact.Registry{PlainHTTP: plainHTTP}
 			m, err := artifact.Build(cmd.Context(), artifact.BuildOptions{
 				Spec: s, Arch: arch, OutputDir: out, FromDir: from, LegalDir: legal,
-				PullImage: reg.PullImageArchive, WorkerImage: worker,
+				PullImage: reg.PullImageArchive, WorkerImage: worker, Layout: bundleLayout,
 				Note: func(n string) { fmt.Fprintln(cmd.ErrOrStderr(), n) },
 			})
 			if err != nil {
@@ -95,7 +107,7 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 			if m.WorkerImage != nil {
 				wi = ", worker image " + m.WorkerImage.Digest
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "built %s: kubernetes %s %s, %d files, %d images, %d legal files%s\n", out, m.Components.Kubernetes, m.Arch, len(m.Files), len(m.Images), len(m.Legal), wi)
+			fmt.Fprintf(cmd.OutOrStdout(), "built %s: kubernetes %s %s, %d files, %d images, %d legal files%s%s\n", out, m.Components.Kubernetes, m.Arch, len(m.Files), len(m.Images), len(m.Legal), wi, layoutNote(m.Layout))
 			return nil
 		},
 	}
@@ -107,6 +119,7 @@ The same inputs give a byte-identical bundle. Exit status: 0 built, 1 failed,
 	f.StringVar(&worker, "worker-image", "", "worker image to carry under images/worker/: an OCI layout dir (an 'image build' output) or oci-layout:///dir:tag")
 	f.StringVar(&legal, "legal-files-dir", "", "directory with LICENSE (required) and NOTICE files (optional) to ship; empty ships none")
 	f.BoolVar(&plainHTTP, "plain-http", false, "allow plain HTTP to a non-loopback registry when pulling image archives")
+	f.StringVar(&bundleLayout, "layout", artifact.LayoutNative, "bundle layout to write: native (this product's) or upstream (upstream AKS Flex Node's)")
 	return cmd
 }
 
@@ -154,7 +167,11 @@ func newArtifactsVerifyCommand() *cobra.Command {
 a Go template over .KubernetesVersion) the way start does: the manifest's arch
 and versions match (the config's components with --config, else
 --kubernetes-version), every file is present with the manifest's size and
-SHA-256 and its .sha256 agrees, and image archives read as image archives. An
+SHA-256 and its .sha256 agrees, and image archives read as image archives.
+A directory in upstream AKS Flex Node's layout (detected from its
+manifest.json) is read too: its files are the ones upstream's layout has for
+the manifest's versions and images, kube-proxy included, and each must hash to
+its .sha256, the only checksum that layout has. An
 oci:// bundle is checked against its registry index first (every layer digest
 must be the manifest's checksum), then every file is streamed from the
 registry through the same checks; nothing is written to disk.
@@ -213,7 +230,7 @@ usage or an invalid config.`,
 					return err
 				}
 			}
-			ps, n, err := verifySource(cmd.Context(), src, want, arch, plainHTTP)
+			ps, n, bl, err := verifySource(cmd.Context(), src, want, arch, plainHTTP)
 			if err != nil {
 				return err
 			}
@@ -224,7 +241,7 @@ usage or an invalid config.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "aks-flex-node: artifacts verify: %s: %d problem(s)\n", src, len(ps))
 				return &exitError{code: ExitFailure, err: errSilent}
 			}
-			fmt.Fprintf(out, "%s: verified, %d files\n", src, n)
+			fmt.Fprintf(out, "%s: verified, %d files%s\n", src, n, layoutNote(bl))
 			return nil
 		},
 	}
@@ -276,22 +293,30 @@ func verifyQuick(cmd *cobra.Command, src, root string, want artifact.Components,
 
 // verifySource checks a resolved source; the error is for failures to
 // check at all (a problem with the bundle is a Problem).
-func verifySource(ctx context.Context, src string, want artifact.Components, arch string, plainHTTP bool) ([]artifact.Problem, int, error) {
+func verifySource(ctx context.Context, src string, want artifact.Components, arch string, plainHTTP bool) (ps []artifact.Problem, n int, bundleLayout string, err error) {
 	if !strings.HasPrefix(src, artifact.OCIScheme) {
 		m, ps := artifact.VerifyFor(ctx, src, want, arch)
-		n := 0
 		if m != nil {
-			n = len(m.Files) + len(m.Legal)
+			n, bundleLayout = len(m.Files)+len(m.Legal), m.Layout
 		}
-		return ps, n, nil
+		return ps, n, bundleLayout, nil
 	}
 	reg := artifact.Registry{PlainHTTP: plainHTTP}
 	rem, ps := reg.Inspect(ctx, src, want, arch)
 	if len(ps) > 0 {
-		return ps, 0, nil
+		return ps, 0, "", nil
 	}
-	return reg.VerifyRemote(ctx, rem), len(rem.Manifest.Files) + len(rem.Manifest.Legal), nil
+	return reg.VerifyRemote(ctx, rem), len(rem.Manifest.Files) + len(rem.Manifest.Legal), rem.Manifest.Layout, nil
 }
 
 // oneLine keeps a problem on one output line.
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
+
+// layoutNote says so when a bundle is in upstream's layout; this
+// product's own needs no note.
+func layoutNote(l string) string {
+	if l == artifact.LayoutUpstream {
+		return ", upstream's layout"
+	}
+	return ""
+}

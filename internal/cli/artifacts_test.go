@@ -84,6 +84,42 @@ func TestArtifactsBuildVerifyPush(t *testing.T) {
 	}
 }
 
+// --layout upstream writes upstream's layout from the same tree (plus
+// kube-proxy and crictl); verify reads it, names a changed kubelet, and
+// push refuses it, saying how to convert it.
+func TestArtifactsUpstreamLayout(t *testing.T) {
+	src, _ := artifactsSrc(t)
+	arch := runtime.GOARCH
+	for rel, body := range map[string]string{
+		"kubernetes/v1.35.4/bin/linux/" + arch + "/kube-proxy":    "kube-proxy",
+		"crictl/v1.35.0/crictl-v1.35.0-linux-" + arch + ".tar.gz": "crictl",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(src, rel)), 0o755)
+		os.WriteFile(filepath.Join(src, rel), []byte(body), 0o644)
+	}
+	spec := filepath.Join(t.TempDir(), "spec.json")
+	os.WriteFile(spec, []byte(`{"schemaVersion": 1, "components": {"kubernetes": "1.35.4", "containerd": "1.6.20", "runc": "1.1.5", "cni": "1.1.1", "crictl": "1.35.0"},
+  "images": [{"path": "images/pause.tar", "ref": "registry.k8s.io/pause:3.10"}]}`), 0o644)
+	out := filepath.Join(t.TempDir(), "upstream")
+	stdout, stderr, code := run(t, "artifacts", "build", "--manifest", spec, "--output-dir", out, "--from-dir", src, "--layout", "upstream")
+	if code != 0 || !strings.Contains(stdout, "8 files, 1 images, 0 legal files, upstream's layout") {
+		t.Fatalf("build: %d\n%s%s", code, stdout, stderr)
+	}
+	if stdout, _, code := run(t, "artifacts", "verify", "--source", out, "--kubernetes-version", "1.35.4"); code != 0 || !strings.Contains(stdout, "verified, 8 files, upstream's layout") {
+		t.Fatalf("verify: %d %s", code, stdout)
+	}
+	pushRef := "oci://127.0.0.1:1/aks-flex/bootstrap-artifacts:k8s-1.35.4"
+	if _, stderr, code := run(t, "artifacts", "push", "--dir", out, pushRef); code != 1 || !strings.Contains(stderr, "upstream's layout") || !strings.Contains(stderr, "--layout native --from-dir "+out) {
+		t.Fatalf("push: %d %s", code, stderr)
+	}
+	kubelet := filepath.Join(out, "kubernetes/v1.35.4/bin/linux", arch, "kubelet")
+	os.WriteFile(kubelet, []byte("kubelex"), 0o644)
+	stdout, _, code = run(t, "artifacts", "verify", "--source", out)
+	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); code != 1 || len(lines) != 1 || !strings.HasPrefix(lines[0], kubelet+": sha256 ") || !strings.Contains(lines[0], "!= kubelet.sha256 ") {
+		t.Fatalf("tampered: %d %q", code, stdout)
+	}
+}
+
 func TestArtifactsBuildLegalAndDeterminism(t *testing.T) {
 	src, spec := artifactsSrc(t)
 	legal := t.TempDir()
@@ -114,6 +150,7 @@ func TestArtifactsUsage(t *testing.T) {
 		{"artifacts"},
 		{"artifacts", "build", "--output-dir", "/tmp/x"},
 		{"artifacts", "build", "--manifest", spec, "--output-dir", "/tmp/x", "--arch", "s390x"},
+		{"artifacts", "build", "--manifest", spec, "--output-dir", "/tmp/x", "--layout", "flat"},
 		{"artifacts", "build", "--manifest", bad, "--output-dir", "/tmp/x"},
 		{"artifacts", "push", "--dir", "/tmp/x"},
 		{"artifacts", "push", "--dir", "/tmp/x", "docker://a/b:c"},

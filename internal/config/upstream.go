@@ -144,7 +144,7 @@ var UpstreamKeys = []UpstreamKey{
 	// bootstrap
 	{Key: "bootstrap.ociImage", Outcome: Implemented, Sample: `"oci-layout:///var/lib/images:worker"`},
 	{Key: "bootstrap.ociImagePlainHTTP", Outcome: Ours, Sample: `true`},
-	{Key: "bootstrap.offlineArtifacts.source", Outcome: Implemented, Here: "a difference: the template's .KubernetesVersion has no leading v here (upstream: v1.35.0, and .KubernetesVersionNoV); no https:// archives", Sample: `"/opt/bundles/x"`},
+	{Key: "bootstrap.offlineArtifacts.source", Outcome: Implemented, Here: "a difference: the template's .KubernetesVersion has no leading v here (upstream: v1.35.0, and .KubernetesVersionNoV); no https:// archives; a bundle in upstream's layout (agent-artifacts-builder's) is read from a directory, not from upstream's oci:// artifact (artifacts build --layout native converts one)", Sample: `"/opt/bundles/x"`},
 	{Key: "bootstrap.offlineArtifacts.plainHTTP", Outcome: Ours, Sample: `true`},
 	{Key: "bootstrap.additionalHostDevices", Outcome: Implemented, Sample: `["/dev/kvm"]`},
 	{Key: "bootstrap.additionalHostMounts", Outcome: Refused, Did: "bind-mounts host paths into the node's machine", Not: "aks-flex-node binds only what it needs", Sample: `[{"source":"/data"}]`},

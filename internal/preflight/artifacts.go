@@ -23,11 +23,16 @@ const (
 
 // manifest is the part of manifest.json preflight reads. It is read
 // leniently: the artifact package owns the format and verifies checksums;
-// preflight only wants to know that the listed files are there.
+// preflight only wants to know that the listed files are there. A
+// manifest in upstream's layout lists no files, only the versions (and
+// image references) its file list follows from: that list is the
+// artifact package's to derive, so such a bundle goes to
+// VerifyOfflineArtifacts as it is.
 type manifest struct {
 	Files []struct {
 		Path string `json:"path"`
 	} `json:"files"`
+	Versions json.RawMessage `json:"versions"`
 }
 
 // sourceData is what bootstrap.offlineArtifacts.source is templated with.
@@ -95,8 +100,11 @@ func artifactSourcesCheck(e *Env) Check {
 		if err := json.Unmarshal(data, &m); err != nil {
 			return Error(remedy, "%s is not a manifest: %v", mpath, err)
 		}
+		if len(m.Files) == 0 && len(m.Versions) > 0 {
+			return upstreamBundle(ctx, e, dir, remedy)
+		}
 		if len(m.Files) == 0 {
-			return Error(remedy, "%s lists no files (want {\"files\": [{\"path\": ...}]})", mpath)
+			return Error(remedy, "%s lists no files (want {\"files\": [{\"path\": ...}]}, or upstream's {\"versions\": ...})", mpath)
 		}
 		var missing []string
 		for _, f := range m.Files {
@@ -132,4 +140,22 @@ func artifactSourcesCheck(e *Env) Check {
 		}
 		return OK("offline bundle %s: %s and all %d listed files with their %s files present", dir, ManifestName, len(m.Files), ChecksumSuffix)
 	})
+}
+
+// upstreamBundle checks a bundle whose manifest.json is in upstream's
+// layout: in full when the artifact package is plugged in (which names
+// every missing or changed file), else at start.
+func upstreamBundle(ctx context.Context, e *Env, dir, remedy string) Result {
+	if e.VerifyOfflineArtifacts == nil {
+		return OK("offline bundle %s: %s in upstream's layout; its files are checked at start", dir, ManifestName)
+	}
+	host, err := e.onRoot(dir)
+	how := ""
+	if err == nil {
+		how, err = e.VerifyOfflineArtifacts(ctx, host)
+	}
+	if err != nil {
+		return Error(remedy, "offline bundle %s (upstream's layout) does not verify: %v", dir, err)
+	}
+	return OK("offline bundle %s (upstream's layout): %s", dir, how)
 }

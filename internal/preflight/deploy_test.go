@@ -86,6 +86,19 @@ func TestArtifactSources(t *testing.T) {
 	h.file(bundle+"/manifest.json", `{"files": []}`)
 	want(t, h.run(NameArtifactSources), SeverityError, "lists no files")
 
+	// Upstream's layout lists no files: the artifact package derives and
+	// verifies them (the hook), and names what is wrong.
+	h.set("bootstrap.offlineArtifacts.source", "/var/lib/aks-flex-node/bundles/k8s-{{ .KubernetesVersion }}")
+	h.file(bundle+"/manifest.json", `{"versions": {"kubernetes": "v1.35.2"}, "containerImages": []}`)
+	want(t, h.run(NameArtifactSources), SeverityOK, "upstream's layout", "checked at start")
+	env = h.env()
+	env.VerifyOfflineArtifacts = func(ctx context.Context, dir string) (string, error) {
+		return "", errors.New("kubernetes/v1.35.2/bin/linux/amd64/kube-proxy: unreadable")
+	}
+	want(t, runNamed(t, env, NameArtifactSources), SeverityError, "(upstream's layout) does not verify", "kube-proxy: unreadable")
+	env.VerifyOfflineArtifacts = func(context.Context, string) (string, error) { return "verified now", nil }
+	want(t, runNamed(t, env, NameArtifactSources), SeverityOK, "(upstream's layout): verified now")
+
 	// oci:// sources: inspected through the hook, with the expanded ref.
 	h.set("bootstrap.offlineArtifacts.source", "oci://127.0.0.1:5000/aks-flex/bootstrap-artifacts:k8s-{{ .KubernetesVersion }}")
 	env = h.env()

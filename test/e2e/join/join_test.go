@@ -62,6 +62,9 @@ type scenario struct {
 	// auth is how the node signs in on its first join; again how it
 	// signs in when it joins afresh after reset and uninstall.
 	auth, again string
+	// upstreamAgain: the fresh join takes its components from the
+	// bundle in upstream's layout (upstream_test.go).
+	upstreamAgain bool
 }
 
 // The ACL host joins with a managed identity (IMDS inside its network
@@ -70,7 +73,7 @@ type scenario struct {
 // then its certificate.
 var scenarios = []scenario{
 	{name: "acl", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", current: "/opt/aks-flex-node/lib/current", nodeName: "acl-node-1", oci: true, auth: "msi", again: "bootstrap-token"},
-	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", current: "/usr/local/lib/aks-flex-node/current", nodeName: "debian-node-1", auth: "sp-secret", again: "sp-cert"},
+	{name: "classic", variant: aclhost.Debian, prefix: "", agent: "/usr/local/bin/aks-flex-node", current: "/usr/local/lib/aks-flex-node/current", nodeName: "debian-node-1", auth: "sp-secret", again: "sp-cert", upstreamAgain: true},
 }
 
 // env is what every scenario shares: one control plane, the fixtures and
@@ -93,6 +96,9 @@ type env struct {
 	tampered  string
 	// tamperedDir is a local copy of the bundle with the kubelet changed.
 	tamperedDir string
+	// upstream is the bundle in upstream's layout, upstreamTampered its
+	// copy with the kubelet changed.
+	upstream, upstreamTampered string
 	// entra is the fake Entra tenant whose tokens the API server accepts.
 	entra *entratest.Entra
 	// lastStart is when the last start began.
@@ -132,6 +138,7 @@ func TestJoin(t *testing.T) {
 	e.ociBundle = publishBundle(t, e.dist+"/aks-flex-node", e.bundle, e.layoutDir, e.manifest, e.registry)
 	e.tampered = publishTampered(t, e.registry, e.ociBundle, e.manifest)
 	e.tamperedDir = tamperedCopy(t, e.ociBundle, e.manifest)
+	e.prepareUpstream(t)
 	only := os.Getenv("AKS_FLEX_NODE_SCENARIO")
 	for _, sc := range scenarios {
 		if only != "" && only != sc.name {
@@ -258,13 +265,22 @@ func (e *env) run(t *testing.T, sc scenario) {
 		if err := h.WriteFile(entratest.SPCertPath, e.entra.SPCertPEM, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.again, nil), 0o600); err != nil {
+		var edit func(p *cfgParts)
+		if sc.upstreamAgain {
+			step("Join afresh from a bundle in upstream's layout")
+			e.checkUpstreamVerify(t, h)
+			edit = upstreamSource
+		}
+		if err := h.WriteFile("/etc/aks-flex-node/config.json", e.config(sc, sc.again, edit), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.install(t, h)
-	_, fresh := e.start(t, h, sc, "fresh")
+	out, fresh := e.start(t, h, sc, "fresh")
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	if sc.upstreamAgain && !strings.Contains(out, upstreamBundleDir+" (upstream's layout): verified now") {
+		t.Errorf("the fresh start's preflight did not verify the upstream-layout bundle:\n%s", out)
+	}
 	t.Logf("BENCH scenario=%s auth=%s join=%v", sc.name, sc.again, fresh.Round(time.Millisecond))
 	h.RunOK(t, sc.agent, "reset")
 }
@@ -273,14 +289,14 @@ func (e *env) run(t *testing.T, sc scenario) {
 // the fixtures bound in, and puts the agent, the scripts and the config in
 // /root/dist and /etc/aks-flex-node.
 func (e *env) bootHost(t *testing.T, sc scenario) *aclhost.Host {
-	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.net.NS, ExtraArgs: []string{
+	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.net.NS, ExtraArgs: append([]string{
 		// The test host's root is an overlay; containerd's overlay
 		// snapshotter cannot stack on that, so give the machines a real
 		// filesystem, as /var/lib is on a real host.
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + e.ociBundle + ":/var/lib/aks-flex-node-test/bundle",
 		"--bind-ro=" + e.tamperedDir + ":/var/lib/aks-flex-node-test/tampered-bundle",
-	}})
+	}, e.upstreamBinds()...)})
 	// What the node's machine logged, when a step failed (registered after
 	// the host, so it runs before the host stops).
 	t.Cleanup(func() {
