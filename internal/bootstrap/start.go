@@ -130,6 +130,8 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			LoadKernelModules(h),
 			ApplySysctls(h),
 			DisableSwap(h),
+			RecordHostNetwork(h),
+			ApplyHostRoutes(h, c),
 		}},
 		{Name: "machine", Tasks: []task.Task{
 			ProvisionMachine(h, m, s.provisioner, s.image, staged, chosen, s.opts.Log),

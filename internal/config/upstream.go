@@ -194,12 +194,12 @@ var UpstreamKeys = []UpstreamKey{
 }
 
 const (
-	arcDid    = "registers the machine with Azure Arc"
-	arcNot    = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
+	arcDid = "registers the machine with Azure Arc"
+	arcNot = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
 	// routeProtoNote is the README's word on the protocol number; the
 	// number itself is internal/network's RouteProtocol.
 	routeProtoNote = "proto 217"
-	pathsDid  = "relocates a Kubernetes directory" + oldSchema
+	pathsDid       = "relocates a Kubernetes directory" + oldSchema
 	// sampleCA is a placeholder the table test replaces with a real CA.
 	sampleCA = "CA"
 )

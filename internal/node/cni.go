@@ -41,9 +41,14 @@ type cniPortmap struct {
 	Capabilities map[string]bool `json:"capabilities"`
 }
 
+// NetworkName and BridgeName are the CNI network and the Linux bridge the
+// fallback config names; reset (internal/network) removes what they leave
+// in the host's network namespace, which the machine shares.
 const (
-	cniNetworkName = "aks-flex-node"
-	cniBridgeName  = "cni0"
+	NetworkName    = "aks-flex-node"
+	BridgeName     = "cni0"
+	cniNetworkName = NetworkName
+	cniBridgeName  = BridgeName
 )
 
 func renderCNIConfig(in *inputs) ([]byte, error) {
