@@ -20,7 +20,7 @@
 //	           write-node-config            → Output[bool] (config changed)
 //	           start-machine                both bools: restart the node in a running machine
 //	           import-images
-//	join       wait-tls-bootstrap, wait-node-ready
+//	join       wait-tls-bootstrap, write-pod-network, wait-node-ready
 //	finish     save-state, install-agent-service, write-joined-marker
 //
 // Reset is agent (remove-agent-service), machines (remove-machine-kube1,

@@ -145,6 +145,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
+			WritePodNetwork(m, c, s.opts.JoinTimeout, s.nodeProgress),
 			WaitNodeReady(m, c, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{

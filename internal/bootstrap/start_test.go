@@ -32,7 +32,7 @@ func TestStartAndResetTaskNames(t *testing.T) {
 		"stage: stage-node-components",
 		"host: create-layout-dirs,load-kernel-modules,apply-sysctls,disable-swap,record-host-network,apply-host-routes",
 		"machine: provision-machine,install-node-components,seed-agent-slots,write-identity,write-nspawn-files,write-node-config,start-machine,import-images",
-		"join: wait-tls-bootstrap,wait-node-ready",
+		"join: wait-tls-bootstrap,write-pod-network,wait-node-ready",
 		"finish: save-state,install-agent-service,write-joined-marker",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -438,8 +438,8 @@ func (e *env) checkPowerCutRecovery(t *testing.T, h *aclhost.Host, sc scenario) 
 	if j := h.RunOK(t, "journalctl", "--no-pager", "-u", "aks-flex-node-agent.service", "-b"); !strings.Contains(j, "starting it") {
 		t.Errorf("the agent did not say it started the machine after the power cut:\n%s", j)
 	}
-	e.checkStaticRouteBack(t, h, sc)
 	t.Logf("BENCH scenario=%s power-cut-to-pod-running=%v", sc.name, time.Since(cut).Round(time.Millisecond))
+	e.checkStaticRouteBack(t, h, sc)
 }
 
 // checkResetAndUninstallLeaveNothing: reset (twice: it is safe to repeat),

@@ -72,7 +72,8 @@ func (e *env) checkStaticRouteBack(t *testing.T, h *aclhost.Host, sc scenario) {
 		return ownedRoute(t, h) != "", nil
 	})
 	if err != nil {
-		t.Errorf("the agent did not put the static route back after the reboot: %v", err)
+		j, _, _ := h.Run(e.ctx, "journalctl", "--no-pager", "-b", "-u", "aks-flex-node-agent.service")
+		t.Errorf("the agent did not put the static route back after the reboot: %v\nagent:\n%s", err, j)
 	}
 }
 
