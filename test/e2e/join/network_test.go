@@ -68,9 +68,11 @@ func (e *env) checkStaticRouteBack(t *testing.T, h *aclhost.Host, sc scenario) {
 	if sc.name != "acl" {
 		return
 	}
+	begin := time.Now()
 	err := wait.PollUntilContextTimeout(e.ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return ownedRoute(t, h) != "", nil
 	})
+	t.Logf("BENCH static-route-back-after-pod-running=%v", time.Since(begin).Round(time.Millisecond))
 	if err != nil {
 		j, _, _ := h.Run(e.ctx, "journalctl", "--no-pager", "-b", "-u", "aks-flex-node-agent.service")
 		t.Errorf("the agent did not put the static route back after the reboot: %v\nagent:\n%s", err, j)
@@ -90,6 +92,8 @@ var (
 
 func snapshotNet(t *testing.T, h *aclhost.Host) netState {
 	t.Helper()
+	begin := time.Now()
+	defer func() { t.Logf("BENCH network-snapshot=%v", time.Since(begin).Round(time.Millisecond)) }()
 	s := netState{}
 	for _, cmd := range [][]string{
 		{"ip", "-j", "addr"},
