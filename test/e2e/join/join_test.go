@@ -442,28 +442,6 @@ func (e *env) checkPowerCutRecovery(t *testing.T, h *aclhost.Host, sc scenario) 
 	e.checkStaticRouteBack(t, h, sc)
 }
 
-// checkResetAndUninstallLeaveNothing: reset (twice: it is safe to repeat),
-// then uninstall.sh, leave the trees as they were before install.
-func checkResetAndUninstallLeaveNothing(t *testing.T, h *aclhost.Host, sc scenario, before aclhost.Tree, netBefore netState) {
-	begin := time.Now()
-	h.RunOK(t, sc.agent, "reset")
-	t.Logf("BENCH scenario=%s reset=%v", sc.name, time.Since(begin).Round(time.Millisecond))
-	// Reset removed the route, the bridge and the netfilter state the
-	// node made, and nothing else: the host's network is as before join.
-	if d := diffNet(netBefore, snapshotNet(t, h)); len(d) > 0 {
-		t.Errorf("reset left the host's network changed:\n%s", strings.Join(d, "\n"))
-	}
-	h.RunOK(t, sc.agent, "reset")
-	h.RunOK(t, "/root/dist/uninstall.sh")
-	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := aclhost.Diff(before, after); len(d) > 0 {
-		t.Errorf("reset + uninstall left changes:\n%s", strings.Join(d, "\n"))
-	}
-}
-
 // refusals: each bad input stops start before it touches the host, and
 // the message names the cause.
 func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
