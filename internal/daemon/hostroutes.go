@@ -7,21 +7,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
-	"github.com/Azure/aks-flex-node/internal/nodelock"
 )
 
 // keepHostRoutesLoop names the loop in logs and as the node lock's holder.
 const keepHostRoutesLoop = "keep-host-routes"
-
-// lockPatience is how long a pass waits for the node lock.
-const lockPatience = 30 * time.Second
 
 // KeepHostRoutes is the agent's local loop that keeps hostRouting's
 // static routes on a joined host. Routes live in the kernel only, so a
@@ -46,27 +39,8 @@ func KeepHostRoutes(l layout.Layout, c *config.Config, log *slog.Logger) *Loop {
 		if ok, err := joined(); err != nil || !ok {
 			return err
 		}
-		// At boot keep-machine holds the lock while it starts the machine:
-		// wait for it a little rather than leave the routes out for a
-		// whole interval; a command that holds it longer is skipped.
-		var release func()
-		err := wait.PollUntilContextTimeout(ctx, time.Second, lockPatience, true, func(context.Context) (bool, error) {
-			lock, err := nodelock.TryAcquire(l, "agent "+keepHostRoutesLoop)
-			var held *nodelock.HeldError
-			if errors.As(err, &held) {
-				return false, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			release = lock.Release
-			return true, nil
-		})
-		if release == nil {
-			if !wait.Interrupted(err) {
-				return fmt.Errorf("%s: %w", keepHostRoutesLoop, err)
-			}
-			_, _, err = lockOrSkip(l, log, keepHostRoutesLoop) // says who holds it
+		release, ok, err := lockOrSkip(l, log, keepHostRoutesLoop)
+		if err != nil || !ok {
 			return err
 		}
 		defer release()
