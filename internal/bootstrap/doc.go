@@ -12,18 +12,20 @@
 //
 //	preflight  the checks (preflight.StartChecks); refuses before any change
 //	stage      stage-node-components        → Output[artifact.Staged]
-//	host       create-layout-dirs, load-kernel-modules, apply-sysctls, disable-swap
+//	host       create-layout-dirs, load-kernel-modules, apply-sysctls, disable-swap,
+//	           record-host-network, apply-host-routes
 //	machine    provision-machine,
 //	           install-node-components      Staged → Output[bool] (components changed)
 //	           write-nspawn-files,
 //	           write-node-config            → Output[bool] (config changed)
 //	           start-machine                both bools: restart the node in a running machine
 //	           import-images
-//	join       wait-tls-bootstrap, wait-node-ready
+//	join       wait-tls-bootstrap, write-pod-network, wait-node-ready
 //	finish     save-state, install-agent-service, write-joined-marker
 //
 // Reset is agent (remove-agent-service), machines (remove-machine-kube1,
-// remove-machine-kube2) and files (remove-tracked-paths).
+// remove-machine-kube2, remove-layer-cache), network (remove-host-routes,
+// remove-bridge-network) and files (remove-tracked-paths).
 //
 // A second start on a converged host changes nothing and says so.
 package bootstrap

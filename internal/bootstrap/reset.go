@@ -14,9 +14,12 @@ import (
 )
 
 // ResetPhases are reset's phases: the agent service first (so nothing
-// restarts the machines), then both machines of the blue/green pair and
-// the layer cache they were made from (unless o.KeepImageCache), then
-// every path start tracked.
+// restarts the machines or puts routes back), then both machines of the
+// blue/green pair and the layer cache they were made from (unless
+// o.KeepImageCache), then what the node left in the host's network
+// namespace (owned routes, the bridge, netfilter state), then every path
+// start tracked (the network phase reads start's record of the host
+// before this removes it).
 func ResetPhases(o Options) []task.Phase {
 	o.setDefaults()
 	l := o.Layout
@@ -26,9 +29,11 @@ func ResetPhases(o Options) []task.Phase {
 		machines = append(machines, RemoveMachine(NewMachine(l, name, o.Exec), mgr))
 	}
 	machines = append(machines, RemoveLayerCache(l, o.KeepImageCache))
+	h := Host{Layout: l, ProcDir: o.ProcDir, Exec: o.Exec}
 	return []task.Phase{
 		{Name: "agent", Tasks: []task.Task{RemoveAgentService(l, mgr, o.Log)}},
 		{Name: "machines", Tasks: machines},
+		{Name: "network", Tasks: []task.Task{RemoveHostRoutes(h), RemoveBridgeNetwork(h)}},
 		{Name: "files", Tasks: []task.Task{RemoveTrackedPaths(l, o.Log)}},
 	}
 }

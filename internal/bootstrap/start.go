@@ -130,6 +130,8 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			LoadKernelModules(h),
 			ApplySysctls(h),
 			DisableSwap(h),
+			RecordHostNetwork(h),
+			ApplyHostRoutes(h, c),
 		}},
 		{Name: "machine", Tasks: []task.Task{
 			ProvisionMachine(h, m, s.provisioner, s.image, staged, chosen, s.opts.Log),
@@ -143,6 +145,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
+			WritePodNetwork(m, c, s.opts.JoinTimeout, s.nodeProgress),
 			WaitNodeReady(m, c, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{

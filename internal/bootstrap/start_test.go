@@ -30,9 +30,9 @@ func TestStartAndResetTaskNames(t *testing.T) {
 	}
 	want := []string{
 		"stage: stage-node-components",
-		"host: create-layout-dirs,load-kernel-modules,apply-sysctls,disable-swap",
+		"host: create-layout-dirs,load-kernel-modules,apply-sysctls,disable-swap,record-host-network,apply-host-routes",
 		"machine: provision-machine,install-node-components,seed-agent-slots,write-identity,write-nspawn-files,write-node-config,start-machine,import-images",
-		"join: wait-tls-bootstrap,wait-node-ready",
+		"join: wait-tls-bootstrap,write-pod-network,wait-node-ready",
 		"finish: save-state,install-agent-service,write-joined-marker",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -42,7 +42,7 @@ func TestStartAndResetTaskNames(t *testing.T) {
 	for _, p := range ResetPhases(Options{}) {
 		got = append(got, p.Name+": "+strings.Join(p.Names(), ","))
 	}
-	if s := strings.Join(got, "\n"); s != "agent: remove-agent-service\nmachines: remove-machine-kube1,remove-machine-kube2,remove-layer-cache\nfiles: remove-tracked-paths" {
+	if s := strings.Join(got, "\n"); s != "agent: remove-agent-service\nmachines: remove-machine-kube1,remove-machine-kube2,remove-layer-cache\nnetwork: remove-host-routes,remove-bridge-network\nfiles: remove-tracked-paths" {
 		t.Errorf("reset phases:\n%s", s)
 	}
 	if d := DescribeStart(); !strings.HasPrefix(strings.TrimSpace(d), PreflightPhase) || !strings.Contains(d, "stage-node-components") {

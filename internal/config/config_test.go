@@ -231,7 +231,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"array document", "[]", "the document must be a JSON object, found an array"},
 		{"unknown key suggestion", `{"agent": {"hostprefix": "/opt/x"}}`, "agent.hostprefix: unknown key; did you mean agent.hostPrefix? (line 1, column 12)"},
 		{"unknown key typo", `{"agent": {"hostPrefx": "/opt/x"}}`, "did you mean agent.hostPrefix?"},
-		{"unknown key list", `{"zzz": 1}`, "zzz: unknown key (known keys here: agent, azure, bootstrap, components, networking, node)"},
+		{"unknown key list", `{"zzz": 1}`, "zzz: unknown key (known keys here: agent, azure, bootstrap, components, hostRouting, networking, node)"},
 		{"wrong type string", `{"agent": {"logLevel": 3}}`, "agent.logLevel: must be a string, found a number (line 1, column 24)"},
 		{"wrong type int", `{"node": {"maxPods": "110"}}`, "node.maxPods: must be an integer, found a string"},
 		{"fractional int", `{"node": {"maxPods": 1.5}}`, "node.maxPods: must be an integer, found 1.5"},

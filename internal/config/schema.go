@@ -15,6 +15,8 @@ type Config struct {
 	Bootstrap  Bootstrap  `json:"bootstrap"`
 	Networking Networking `json:"networking"`
 	Node       Node       `json:"node"`
+	// HostRouting is upstream's section of the same name and shape.
+	HostRouting HostRouting `json:"hostRouting"`
 
 	// layout is what Validate made of agent.hostPrefix and agent.logDir.
 	layout layout.Layout
@@ -115,7 +117,51 @@ type OfflineArtifacts struct {
 type Networking struct {
 	DNSServiceIP string `json:"dnsServiceIP"`
 	CNIVersion   string `json:"cniVersion"`
+	// PodCIDR is this node's pod range for the bridge CNI config. Empty
+	// takes the Node's spec.podCIDR, which the controller manager
+	// allocates (--allocate-node-cidrs) once the node has registered.
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// ServiceCIDR is the cluster's Service range, for the overlap checks
+	// (host routes, host addresses); empty checks networking.dnsServiceIP
+	// alone.
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 }
+
+// HostRouting is IPv4 static routes the agent owns on the host, and the
+// CIDRs that must keep routing through the default route's interface.
+type HostRouting struct {
+	StaticRoutes StaticRoutes `json:"staticRoutes"`
+	RouteOverlap RouteOverlap `json:"routeOverlap"`
+}
+
+type StaticRoutes struct {
+	Enabled bool          `json:"enabled"`
+	Routes  []StaticRoute `json:"routes,omitempty"`
+}
+
+// StaticRoute is one route: a destination through a gateway, a device,
+// or both; metric 0 is the kernel's default priority.
+type StaticRoute struct {
+	Destination string `json:"destination"`
+	Gateway     string `json:"gateway,omitempty"`
+	Dev         string `json:"dev,omitempty"`
+	Metric      int64  `json:"metric,omitempty"`
+}
+
+// RouteOverlap names CIDRs (the cluster's networks, say) that must route
+// through the default route's interface: a more specific route elsewhere
+// would steal their traffic. Mode WARN (the default) logs the overlap;
+// STRICT refuses start at preflight.
+type RouteOverlap struct {
+	ExpectedCIDRs []string `json:"expectedCidrs,omitempty"`
+	Mode          string   `json:"mode,omitempty"`
+}
+
+// The routeOverlap modes.
+const (
+	RouteOverlapWarn   = "WARN"
+	RouteOverlapStrict = "STRICT"
+)
 
 type Node struct {
 	MaxPods int               `json:"maxPods"`

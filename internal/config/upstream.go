@@ -90,7 +90,6 @@ func (k UpstreamKey) note() string {
 const (
 	noARM      = "aks-flex-node does not talk to Azure Resource Manager: the cluster comes from node.kubelet.clusterFQDN and caCertData"
 	noMachine  = "aks-flex-node keeps no AKS machine resource"
-	noHostRt   = "aks-flex-node does not configure host routes"
 	oldSchema  = " in upstream AKS Flex Node's pre-RP schema (ignored there since)"
 	noKubelet  = "aks-flex-node does not set it; the kubelet's own default applies"
 	fixedPaths = "aks-flex-node fixes these paths (agent.hostPrefix chooses the install prefix)"
@@ -152,6 +151,8 @@ var UpstreamKeys = []UpstreamKey{
 	// networking
 	{Key: "networking.dnsServiceIP", Outcome: Implemented, Sample: `"10.0.0.10"`},
 	{Key: "networking.cniVersion", Outcome: Implemented, Here: "default " + DefaultCNIVersion + "; upstream's agent uses 1.5.1. Both speak the CNI spec 1.0.0 of the bridge config aks-flex-node writes; 1.6.2 is the newer release", Sample: `"v1.6.2"`},
+	{Key: "networking.podCIDR", Outcome: Ours, Here: "this node's pod range for the bridge CNI config; empty takes the Node's spec.podCIDR (the controller manager's --allocate-node-cidrs)", Sample: `"10.244.3.0/24"`},
+	{Key: "networking.serviceCIDR", Outcome: Ours, Here: "the cluster's Service range, for the overlap checks (empty: networking.dnsServiceIP alone)", Sample: `"10.0.0.0/16"`},
 	{Key: "networking.localDNS", Outcome: Refused, Did: "runs AKS LocalDNS (a node-local CoreDNS) on the node", Not: "aks-flex-node does not", Sample: `{"mode":"Preferred"}`},
 	// node
 	{Key: "node.maxPods", Outcome: Implemented, Here: "1-250 (upstream does not check the range)", Sample: `110`},
@@ -172,10 +173,10 @@ var UpstreamKeys = []UpstreamKey{
 	{Key: "node.kubelet.imageCredentialProvider", Outcome: Refused, Did: "configures a kubelet image credential provider", Not: "aks-flex-node does not", Sample: `{"configPath":"/etc/x.yaml","binDir":"/opt/bin"}`},
 	// npd, hostRouting
 	{Key: "npd.version", Outcome: Refused, Did: "installs node-problem-detector at this version", Not: "aks-flex-node does not run node-problem-detector", DropWhen: DropAlways, Sample: `"v1.35.1"`},
-	{Key: "hostRouting.staticRoutes.enabled", Outcome: Refused, Did: hostRtDid, Not: noHostRt, Sample: `true`},
-	{Key: "hostRouting.staticRoutes.routes", Outcome: Refused, Did: hostRtDid + " (destination, gateway, dev, metric)", Not: noHostRt, Sample: `[{"destination":"10.2.0.0/16"}]`},
-	{Key: "hostRouting.routeOverlap.expectedCidrs", Outcome: Refused, Did: "checks that these CIDRs route via the default interface before the node starts", Not: noHostRt, Sample: `["10.2.0.0/16"]`},
-	{Key: "hostRouting.routeOverlap.mode", Outcome: Refused, Did: "chooses whether a route overlap warns (WARN) or stops the node (STRICT)", Not: noHostRt, Sample: `"WARN"`},
+	{Key: "hostRouting.staticRoutes.enabled", Outcome: Implemented, Here: "start installs the routes on the host, marked with aks-flex-node's routing protocol number (" + routeProtoNote + "); the agent puts them back after a reboot; reset removes them and no other route", Sample: `true`},
+	{Key: "hostRouting.staticRoutes.routes", Outcome: Implemented, Here: "IPv4 destination, gateway, dev, metric, as upstream; `config validate` refuses a destination that is not a network CIDR, an implicit default route (only 0.0.0.0/0 is one) and a route into the pod or service CIDR; preflight (host-routes) refuses a gateway on no local subnet", Sample: `[{"destination":"10.2.0.0/16","dev":"eth1","gateway":"192.168.10.1","metric":100}]`},
+	{Key: "hostRouting.routeOverlap.expectedCidrs", Outcome: Implemented, Here: "preflight's route-overlap check: each must route through the default route's interface", Sample: `["10.2.0.0/16"]`},
+	{Key: "hostRouting.routeOverlap.mode", Outcome: Implemented, Here: "WARN (default) says so in preflight; STRICT refuses start", Sample: `"STRICT"`},
 	// the pre-RP schema's sections
 	{Key: "kubernetes.version", Outcome: Mapped, To: "components.kubernetes", Sample: `"1.35.0"`},
 	{Key: "kubernetes.urlTemplate", Outcome: Refused, Did: "is the Kubernetes download URL template" + oldSchema, Not: "aks-flex-node downloads from upstream release URLs or bootstrap.offlineArtifacts", Sample: `"https://example.test/{{.Version}}"`},
@@ -193,10 +194,12 @@ var UpstreamKeys = []UpstreamKey{
 }
 
 const (
-	arcDid    = "registers the machine with Azure Arc"
-	arcNot    = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
-	hostRtDid = "installs IPv4 static routes before the node starts"
-	pathsDid  = "relocates a Kubernetes directory" + oldSchema
+	arcDid = "registers the machine with Azure Arc"
+	arcNot = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
+	// routeProtoNote is the README's word on the protocol number; the
+	// number itself is internal/network's RouteProtocol.
+	routeProtoNote = "proto 217"
+	pathsDid       = "relocates a Kubernetes directory" + oldSchema
 	// sampleCA is a placeholder the table test replaces with a real CA.
 	sampleCA = "CA"
 )

@@ -212,7 +212,8 @@ func TestUpstreamTableCounts(t *testing.T) {
 func TestUnknownKeysKeepDidYouMean(t *testing.T) {
 	for doc, want := range map[string]string{
 		`{"kubernetes": {"versoin": "1.35.0"}}`:                 "kubernetes.versoin: unknown key; did you mean kubernetes.version?",
-		`{"hostRouting": {"zzz": 1}}`:                           "hostRouting.zzz: unknown key (upstream's keys here: routeOverlap, staticRoutes)",
+		`{"hostRouting": {"zzz": 1}}`:                           "hostRouting.zzz: unknown key (known keys here: routeOverlap, staticRoutes)",
+		`{"azure": {"arc": {"zzz": 1}}}`:                        "azure.arc.zzz: unknown key",
 		`{"azure": {"subscriptionID": "x"}}`:                    "azure.subscriptionID: unknown key",
 		`{"kubernetes": "1.35.0"}`:                              "kubernetes: must be an object, found a string",
 		`{"cni": {"version": 1}}`:                               "cni.version: must be a string, found a number",

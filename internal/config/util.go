@@ -10,7 +10,7 @@ import (
 
 func pathClean(p string) string { return path.Clean(p) }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -69,6 +69,7 @@ func Validate(c *Config) ValidationErrors {
 	v.components(&c.Components)
 	v.bootstrap(&c.Bootstrap)
 	v.networking(&c.Networking)
+	v.hostRouting(&c.HostRouting, &c.Networking)
 	v.node(&c.Node)
 	// Nothing learns the API server from Azure yet (no cluster
 	// discovery), so every method needs it in the config.
@@ -253,15 +254,6 @@ func (v *validator) bootstrap(b *Bootstrap) {
 		if !isAbsClean(d) || !strings.HasPrefix(d, "/dev/") {
 			v.add(fmt.Sprintf("bootstrap.additionalHostDevices[%d]", i), "%q must be a clean path under /dev/", d)
 		}
-	}
-}
-
-func (v *validator) networking(n *Networking) {
-	if ip := net.ParseIP(n.DNSServiceIP); ip == nil {
-		v.add("networking.dnsServiceIP", "%q is not an IP address", n.DNSServiceIP)
-	}
-	if !versionRE().MatchString(n.CNIVersion) {
-		v.add("networking.cniVersion", "%q is not a version like 1.2.3", n.CNIVersion)
 	}
 }
 

@@ -34,6 +34,9 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		KeepMachine(&MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec}),
 		ReportUpgradeOutcome(l, rec),
 	)
+	if loop := KeepHostRoutes(l, c, log); loop != nil {
+		a.Loops = append(a.Loops, *loop)
+	}
 	if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
 		client, err := kubeapi.New(srv, c.CAPEM(), 10*time.Second)
 		if err != nil {

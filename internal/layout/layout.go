@@ -219,6 +219,11 @@ func (l Layout) LogDir() string { return l.logDir }
 // JoinedMarker is the host path of the completion marker start writes.
 func (l Layout) JoinedMarker() string { return stateDir + "/" + JoinedMarkerName }
 
+// HostNetworkRecord is the host path of what start found of the host's
+// network before the node first ran (the nft tables there were), which
+// reset reads to remove only what the node added.
+func (l Layout) HostNetworkRecord() string { return stateDir + "/host-network.json" }
+
 // IdentityDir holds what the kubelet's credential plugin reads inside the
 // machine (the identity resolved from the config, its secrets included)
 // and the token cache it shares with the host; start binds it into the

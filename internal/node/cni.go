@@ -1,6 +1,12 @@
 package node
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+)
 
 // The fallback pod network: a Linux bridge per node with host-local
 // addresses from Options.PodCIDR, masqueraded to the outside, and portmap
@@ -41,9 +47,14 @@ type cniPortmap struct {
 	Capabilities map[string]bool `json:"capabilities"`
 }
 
+// NetworkName and BridgeName are the CNI network and the Linux bridge the
+// fallback config names; reset (internal/network) removes what they leave
+// in the host's network namespace, which the machine shares.
 const (
-	cniNetworkName = "aks-flex-node"
-	cniBridgeName  = "cni0"
+	NetworkName    = "aks-flex-node"
+	BridgeName     = "cni0"
+	cniNetworkName = NetworkName
+	cniBridgeName  = BridgeName
 )
 
 func renderCNIConfig(in *inputs) ([]byte, error) {
@@ -75,4 +86,29 @@ func renderCNIConfig(in *inputs) ([]byte, error) {
 		return nil, err
 	}
 	return append(data, '\n'), nil
+}
+
+// WriteCNIConfig writes the fallback bridge CNI config for podCIDR into
+// the machine rootfs at machineRoot (atomically, only when it differs):
+// what start does once the Node's spec.podCIDR is known, when
+// networking.podCIDR does not name the node's range. The CRI plugin
+// watches the CNI config dir, so the running node picks it up.
+func WriteCNIConfig(machineRoot string, c *config.Config, podCIDR string) (bool, error) {
+	o, err := (Options{PodCIDR: podCIDR}).withDefaults()
+	if err != nil {
+		return false, err
+	}
+	in, err := newInputs(c, o)
+	if err != nil {
+		return false, err
+	}
+	data, err := renderCNIConfig(in)
+	if err != nil {
+		return false, err
+	}
+	changed, err := fsutil.WriteFileIn(machineRoot, CNIConfFile, data, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("write %s in machine %s: %w", CNIConfFile, machineRoot, err)
+	}
+	return changed, nil
 }

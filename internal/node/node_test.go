@@ -33,6 +33,9 @@ func testConfig() *config.Config {
 	c.Azure.BootstrapToken = &config.BootstrapToken{Token: testToken}
 	c.Components.SandboxImage = "mcr.microsoft.com/oss/kubernetes/pause:3.10"
 	c.Networking.DNSServiceIP = "10.0.0.10"
+	// The range the goldens were written with (the fallback once had it
+	// as a default); the config names it, as a node's config may.
+	c.Networking.PodCIDR = "10.244.0.0/24"
 	c.Node.MaxPods = 110
 	c.Node.Labels = map[string]string{"topology.kubernetes.io/zone": "z1", "example.com/pool": "flex", "tier": ""}
 	c.Node.Taints = []string{"example.com/dedicated=flex:NoSchedule", "example.com/drain:NoExecute"}
@@ -643,5 +646,31 @@ func TestDetectRestrictOOMScoreAdj(t *testing.T) {
 	_ = DetectRestrictOOMScoreAdj()
 	if after, _ := os.ReadFile("/proc/self/oom_score_adj"); !bytes.Equal(before, after) {
 		t.Errorf("oom_score_adj changed: %q -> %q", before, after)
+	}
+}
+
+// Without networking.podCIDR (or Options.PodCIDR) there is no range to
+// put in the bridge config: Render leaves it out, and WriteCNIConfig
+// writes it once the Node's range is known.
+func TestPodCIDRFromTheNode(t *testing.T) {
+	c := testConfig()
+	c.Networking.PodCIDR = ""
+	if _, ok := renderMap(t, c, Options{})[CNIConfFile]; ok {
+		t.Fatal("a CNI config rendered without a pod CIDR")
+	}
+	root := t.TempDir()
+	changed, err := WriteCNIConfig(root, c, "10.244.5.0/24")
+	if err != nil || !changed {
+		t.Fatalf("first write: %v %v", changed, err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, CNIConfFile))
+	if err != nil || !bytes.Contains(data, []byte(`"subnet": "10.244.5.0/24"`)) {
+		t.Fatalf("conflist %s: %v", data, err)
+	}
+	if changed, err := WriteCNIConfig(root, c, "10.244.5.0/24"); err != nil || changed {
+		t.Fatalf("second write: %v %v", changed, err)
+	}
+	if _, err := WriteCNIConfig(root, c, "10.244.5.0"); err == nil {
+		t.Fatal("want an error for a bad CIDR")
 	}
 }

@@ -41,10 +41,14 @@ type Options struct {
 	// and unset, i.e. the kubelet's default true, on cgroup v2.
 	FailCgroupV1 *bool
 
-	// PodCIDR is the host-local IPAM range of the fallback bridge CNI.
-	// Default 10.244.0.0/24. Without a CNI provided by the cluster the
-	// bridge is all pods have, and then every node needs its own range:
-	// the same range on two nodes gives pods duplicate addresses.
+	// PodCIDR is the host-local IPAM range of the fallback bridge CNI;
+	// empty takes networking.podCIDR. Without a CNI provided by the
+	// cluster the bridge is all pods have, and then every node needs its
+	// own range: the same range on two nodes gives pods duplicate
+	// addresses. So there is no default: when neither is set, Render
+	// leaves the CNI config out and start writes it (WriteCNIConfig) from
+	// the Node's spec.podCIDR, which the controller manager allocates
+	// once the node has registered.
 	PodCIDR string
 
 	// ClusterDomain is the kubelet clusterDomain. Default cluster.local.
@@ -64,7 +68,6 @@ type Options struct {
 // Defaults of the Options knobs.
 const (
 	DefaultCgroupDriver          = "cgroupfs"
-	DefaultPodCIDR               = "10.244.0.0/24"
 	DefaultClusterDomain         = "cluster.local"
 	DefaultContainerdLimitNOFILE = 1048576
 	DefaultContainerdLimitNPROC  = "infinity"
@@ -79,9 +82,6 @@ var (
 func (o Options) withDefaults() (Options, error) {
 	if o.CgroupDriver == "" {
 		o.CgroupDriver = DefaultCgroupDriver
-	}
-	if o.PodCIDR == "" {
-		o.PodCIDR = DefaultPodCIDR
 	}
 	if o.ClusterDomain == "" {
 		o.ClusterDomain = DefaultClusterDomain
@@ -100,11 +100,13 @@ func (o Options) withDefaults() (Options, error) {
 	if o.CgroupDriver != "cgroupfs" && o.CgroupDriver != "systemd" {
 		return o, fmt.Errorf("cgroup driver %q: must be cgroupfs or systemd", o.CgroupDriver)
 	}
-	_, ipnet, err := net.ParseCIDR(o.PodCIDR)
-	if err != nil {
-		return o, fmt.Errorf("pod CIDR %q: not a CIDR such as %s", o.PodCIDR, DefaultPodCIDR)
+	if o.PodCIDR != "" {
+		_, ipnet, err := net.ParseCIDR(o.PodCIDR)
+		if err != nil {
+			return o, fmt.Errorf("pod CIDR %q: not a CIDR such as 10.244.3.0/24", o.PodCIDR)
+		}
+		o.PodCIDR = ipnet.String()
 	}
-	o.PodCIDR = ipnet.String()
 	if len(o.ClusterDomain) > 253 || !domainRE.MatchString(o.ClusterDomain) {
 		return o, fmt.Errorf("cluster domain %q: not a lowercase DNS name", o.ClusterDomain)
 	}

@@ -90,6 +90,9 @@ type File struct {
 // before the links that enable them. It reads nothing from disk.
 // Errors never contain the bootstrap token.
 func Render(c *config.Config, opts Options) ([]File, error) {
+	if opts.PodCIDR == "" {
+		opts.PodCIDR = c.Networking.PodCIDR
+	}
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("node options: %w", err)
@@ -118,8 +121,10 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 	steps = append(steps, []step{
 		{KubeletConfigFile, 0o644, false, renderKubeletConfig},
 		{ContainerdConfig, 0o644, false, renderContainerdConfig},
-		{CNIConfFile, 0o644, false, renderCNIConfig},
 	}...)
+	if o.PodCIDR != "" {
+		steps = append(steps, step{CNIConfFile, 0o644, false, renderCNIConfig})
+	}
 	if o.CgroupV1 {
 		steps = append(steps,
 			step{CgroupRWScript, 0o755, false, renderCgroupRWScript},
@@ -253,7 +258,9 @@ func newInputs(c *config.Config, o Options) (*inputs, error) {
 	}
 
 	// The default route's family follows the pod range's.
-	_, ipnet, _ := net.ParseCIDR(o.PodCIDR) // checked by withDefaults
-	in.podIPv6 = ipnet.IP.To4() == nil
+	if o.PodCIDR != "" {
+		_, ipnet, _ := net.ParseCIDR(o.PodCIDR) // checked by withDefaults
+		in.podIPv6 = ipnet.IP.To4() == nil
+	}
 	return in, nil
 }

@@ -26,6 +26,14 @@ const (
 	NameClusterAccess = "cluster-access"
 	// NameProvisioningPayload judges customData/userData (internal/ignition).
 	NameProvisioningPayload = "provisioning-payload"
+	// NameNetworkingOverlap: the pod and service ranges are not the
+	// host's, and the network sysctls can be set.
+	NameNetworkingOverlap = "networking-overlap"
+	// NameHostRoutes: hostRouting's static routes can be installed.
+	NameHostRoutes = "host-routes"
+	// NameRouteOverlap: hostRouting.routeOverlap's expected CIDRs route
+	// through the default route's interface.
+	NameRouteOverlap = "route-overlap"
 	// NameAgentBinary is start's own: can install-agent-service, which
 	// runs after the join, seed the upgrade slots.
 	NameAgentBinary = "agent-binary"
@@ -46,6 +54,9 @@ var DefaultNames = []string{
 	NameKernelModules,
 	NameKernelLogDevice,
 	NameDiskSpace,
+	NameNetworkingOverlap,
+	NameHostRoutes,
+	NameRouteOverlap,
 	NameExistingDeployment,
 	NameArtifactSources,
 	NameWorkerImage,
@@ -91,6 +102,9 @@ func Checks(env *Env) []Check {
 		kernelModulesCheck(env),
 		kernelLogDeviceCheck(env),
 		diskSpaceCheck(env),
+		networkingOverlapCheck(env),
+		hostRoutesCheck(env),
+		routeOverlapCheck(env),
 		existingDeploymentCheck(env),
 		artifactSourcesCheck(env),
 		workerImageCheck(env),

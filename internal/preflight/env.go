@@ -18,6 +18,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/ignition"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/network"
 )
 
 // Env is everything the checks look at. Each check reads files under Root
@@ -72,6 +73,11 @@ type Env struct {
 	// worker image contract, writing nothing: the worker-image check's
 	// probe. A layout dir is opened under Root.
 	ResolveImage func(ctx context.Context, ref string) (ResolvedImage, error)
+
+	// ReadHostNet reads the host's IPv4 addresses and main-table routes
+	// and the routes aks-flex-node owns; nil runs ip(8) on the running
+	// host (Root "/") and probes nothing on an image tree.
+	ReadHostNet func(ctx context.Context) (network.HostNet, []network.Route, error)
 
 	// FetchToken gets a token for an identity; nil asks its endpoint
 	// (identity.Fetch). Tests substitute it.

@@ -169,14 +169,18 @@ func (e *env) config(sc scenario, auth string, edit func(p *cfgParts)) []byte {
 	if edit != nil {
 		edit(p)
 	}
-	cfg, _ := json.MarshalIndent(map[string]any{
+	doc := map[string]any{
 		"azure":      p.azure,
 		"agent":      p.agent,
 		"components": e.components(),
 		"networking": map[string]any{"cniVersion": e.manifest.Components.CNI},
 		"bootstrap":  p.bootstrap,
 		"node":       map[string]any{"kubelet": p.kubelet},
-	}, "", "  ")
+	}
+	if hr := e.hostRouting(sc); hr != nil {
+		doc["hostRouting"] = hr
+	}
+	cfg, _ := json.MarshalIndent(doc, "", "  ")
 	return cfg
 }
 
@@ -211,6 +215,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	netBefore := snapshotNet(t, h)
 
 	e.grant(t, sc.auth)
 	step("Install the agent with install.sh")
@@ -220,6 +225,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
 	firstReady := time.Since(e.lastStart)
 	e.checkJoined(t, h, sc)
+	e.checkStaticRoute(t, h, sc)
 	e.checkNoSecrets(t, h, sc)
 	second, hashed := e.checkConverged(t, h, sc)
 	kind := "local-dir"
@@ -253,7 +259,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	}
 	t.Logf("BENCH scenario=%s warm-join=%v warm-start-to-ready=%v", sc.name, warm.Round(time.Millisecond), warmReady.Round(time.Millisecond))
 
-	checkResetAndUninstallLeaveNothing(t, h, sc, before)
+	checkResetAndUninstallLeaveNothing(t, h, sc, before, netBefore)
 
 	// A fresh start joins again, signing in the other way.
 	switch sc.again {
@@ -441,6 +447,7 @@ func (e *env) checkConvergedSources(t *testing.T, h *aclhost.Host, sc scenario) 
 // the kubelet is up (the Node's Ready condition alone could still be the
 // stale one).
 func (e *env) checkPowerCutRecovery(t *testing.T, h *aclhost.Host, sc scenario) {
+	dropStaticRoute(t, h, sc)
 	cut := time.Now()
 	if err := h.PowerCycle(e.ctx); err != nil {
 		t.Fatal(err)
@@ -453,21 +460,7 @@ func (e *env) checkPowerCutRecovery(t *testing.T, h *aclhost.Host, sc scenario) 
 		t.Errorf("the agent did not say it started the machine after the power cut:\n%s", j)
 	}
 	t.Logf("BENCH scenario=%s power-cut-to-pod-running=%v", sc.name, time.Since(cut).Round(time.Millisecond))
-}
-
-// checkResetAndUninstallLeaveNothing: reset (twice: it is safe to repeat),
-// then uninstall.sh, leave the trees as they were before install.
-func checkResetAndUninstallLeaveNothing(t *testing.T, h *aclhost.Host, sc scenario, before aclhost.Tree) {
-	h.RunOK(t, sc.agent, "reset")
-	h.RunOK(t, sc.agent, "reset")
-	h.RunOK(t, "/root/dist/uninstall.sh")
-	after, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := aclhost.Diff(before, after); len(d) > 0 {
-		t.Errorf("reset + uninstall left changes:\n%s", strings.Join(d, "\n"))
-	}
+	e.checkStaticRouteBack(t, h, sc)
 }
 
 // refusals: each bad input stops start before it touches the host, and

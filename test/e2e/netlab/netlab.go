@@ -77,6 +77,9 @@ func New(t testing.TB) *Link {
 	return l
 }
 
+// InnerDev is the test host's end of the veth, in its namespace.
+func (l *Link) InnerDev() string { return fmt.Sprintf("afnv%dp", l.N) }
+
 // claim takes the lowest free link number and returns its held lock.
 func claim() (int, *os.File, error) {
 	if err := os.MkdirAll(lockDir, 0o755); err != nil {

@@ -1,0 +1,74 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/node"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+type writePodNetwork struct {
+	machine  Machine
+	config   *config.Config
+	timeout  time.Duration
+	progress func(string)
+}
+
+// WritePodNetwork returns the task that gives the node its pod network
+// when the config does not name the node's range (networking.podCIDR;
+// write-node-config wrote the bridge config then): it waits, up to
+// timeout, for the registered Node's spec.podCIDR, which the controller
+// manager allocates when it runs with --allocate-node-cidrs, and writes
+// the bridge config for it. Until then the node is not Ready (no CNI
+// config), and when none comes the error says where a range comes from.
+func WritePodNetwork(m Machine, c *config.Config, timeout time.Duration, progress func(string)) task.Task {
+	return &writePodNetwork{machine: m, config: c, timeout: timeout, progress: progress}
+}
+
+func (t *writePodNetwork) Name() string { return "write-pod-network" }
+
+func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
+	if t.config.Networking.PodCIDR != "" {
+		return task.Result{}, nil
+	}
+	kc, err := node.ClientConfig(t.config, t.machine.Layout, t.machine.Root())
+	if err != nil {
+		return task.Result{}, err
+	}
+	kc.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(kc)
+	if err != nil {
+		return task.Result{}, err
+	}
+	name := t.config.Agent.NodeName
+	wctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	var cidr, last string
+	err = wait.PollUntilContextCancel(wctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		state := "node not visible yet"
+		if err == nil {
+			if cidr = n.Spec.PodCIDR; cidr != "" {
+				return true, nil
+			}
+			state = "node registered, no spec.podCIDR yet"
+		}
+		if state != last && t.progress != nil {
+			t.progress(state)
+		}
+		last = state
+		return false, nil
+	})
+	if err != nil {
+		return task.Result{}, fmt.Errorf("node %s has no pod CIDR after %v (%s): the controller manager allocates one only with --allocate-node-cidrs and --cluster-cidr; otherwise set networking.podCIDR to this node's range", name, t.timeout, last)
+	}
+	changed, err := node.WriteCNIConfig(t.machine.Root(), t.config, cidr)
+	return task.Result{Changed: changed}, err
+}

@@ -1,0 +1,156 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// The networking and hostRouting rules. What needs the host (is the
+// gateway on a local subnet, where does an expected CIDR route) is
+// preflight's: `config validate` runs without the host.
+
+// MaxMetric is the largest route metric the kernel takes (a u32).
+const MaxMetric = 1<<32 - 1
+
+func (v *validator) networking(n *Networking) {
+	if net.ParseIP(n.DNSServiceIP) == nil {
+		v.add("networking.dnsServiceIP", "%q is not an IP address", n.DNSServiceIP)
+	}
+	if !versionRE().MatchString(n.CNIVersion) {
+		v.add("networking.cniVersion", "%q is not a version like 1.2.3", n.CNIVersion)
+	}
+	pod, pok := v.cidr("networking.podCIDR", n.PodCIDR)
+	svc, sok := v.cidr("networking.serviceCIDR", n.ServiceCIDR)
+	if pok && sok && pod.Overlaps(svc) {
+		v.add("networking.podCIDR", "%s overlaps networking.serviceCIDR %s", pod, svc)
+	}
+	if dns, err := netip.ParseAddr(n.DNSServiceIP); err == nil && sok && !svc.Contains(dns) {
+		v.add("networking.dnsServiceIP", "%s is not in networking.serviceCIDR %s", dns, svc)
+	}
+}
+
+// cidr checks an optional CIDR key: a network address with its prefix
+// length (no host bits, so what is meant is what is written).
+func (v *validator) cidr(path, s string) (netip.Prefix, bool) {
+	if s == "" {
+		return netip.Prefix{}, false
+	}
+	p, msg := ParseCIDR(s)
+	if msg != "" {
+		v.add(path, "%q %s", s, msg)
+		return netip.Prefix{}, false
+	}
+	return p, true
+}
+
+// ParseCIDR is the CIDR rule: a network such as 10.2.0.0/16, host bits
+// clear; msg says what is wrong, "" for a good one.
+func ParseCIDR(s string) (netip.Prefix, string) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, "is not a CIDR such as 10.2.0.0/16"
+	}
+	if p.Masked() != p {
+		return p, fmt.Sprintf("has host bits set; the network is %s", p.Masked())
+	}
+	return p, ""
+}
+
+// ClusterRanges are the cluster's own ranges the config names: the pod
+// CIDR, and the service CIDR or, without one, the DNS service IP. A host
+// route into them would take the cluster's traffic off the node.
+func (n *Networking) ClusterRanges() map[string]netip.Prefix {
+	out := map[string]netip.Prefix{}
+	if p, msg := ParseCIDR(n.PodCIDR); n.PodCIDR != "" && msg == "" {
+		out["networking.podCIDR"] = p
+	}
+	if p, msg := ParseCIDR(n.ServiceCIDR); n.ServiceCIDR != "" && msg == "" {
+		out["networking.serviceCIDR"] = p
+	} else if a, err := netip.ParseAddr(n.DNSServiceIP); err == nil {
+		out["networking.dnsServiceIP"] = netip.PrefixFrom(a, a.BitLen())
+	}
+	return out
+}
+
+// hostRouting checks each static route and the overlap settings.
+func (v *validator) hostRouting(h *HostRouting, n *Networking) {
+	seen := map[string]int{}
+	for i, r := range h.StaticRoutes.Routes {
+		path := fmt.Sprintf("hostRouting.staticRoutes.routes[%d]", i)
+		v.staticRoute(path, r, n)
+		key := fmt.Sprintf("%s metric %d", r.Destination, r.Metric)
+		if j, dup := seen[key]; dup {
+			v.add(path, "repeats routes[%d] (%s): the kernel keeps one route per destination and metric", j, key)
+		}
+		seen[key] = i
+	}
+	if h.StaticRoutes.Enabled && len(h.StaticRoutes.Routes) == 0 {
+		v.add("hostRouting.staticRoutes.routes", "is empty but hostRouting.staticRoutes.enabled is true")
+	}
+	for i, c := range h.RouteOverlap.ExpectedCIDRs {
+		path := fmt.Sprintf("hostRouting.routeOverlap.expectedCidrs[%d]", i)
+		if p, msg := ParseCIDR(c); msg != "" {
+			v.add(path, "%q %s", c, msg)
+		} else if !p.Addr().Is4() {
+			v.add(path, "%q is not IPv4 (hostRouting is IPv4 only, as upstream's)", c)
+		}
+	}
+	switch h.RouteOverlap.Mode {
+	case "", RouteOverlapWarn, RouteOverlapStrict:
+	default:
+		v.add("hostRouting.routeOverlap.mode", "%q must be WARN or STRICT", h.RouteOverlap.Mode)
+	}
+}
+
+// staticRoute checks one route. A default route is taken only when it is
+// written as one (0.0.0.0/0): a /0 on any other address is a typo that
+// would send everything through the gateway.
+func (v *validator) staticRoute(path string, r StaticRoute, n *Networking) {
+	dst, err := netip.ParsePrefix(r.Destination)
+	switch {
+	case r.Destination == "":
+		v.add(path+".destination", "is required")
+	case err != nil:
+		v.add(path+".destination", "%q is not a CIDR such as 10.2.0.0/16", r.Destination)
+	case !dst.Addr().Is4():
+		v.add(path+".destination", "%q is not IPv4 (hostRouting is IPv4 only, as upstream's)", r.Destination)
+	case dst.Bits() == 0 && r.Destination != "0.0.0.0/0":
+		v.add(path+".destination", "%q is a default route; write 0.0.0.0/0 if a default route is meant", r.Destination)
+	case dst.Masked() != dst:
+		v.add(path+".destination", "%q has host bits set; the network is %s", r.Destination, dst.Masked())
+	default:
+		ranges := n.ClusterRanges()
+		for _, key := range sortedKeys(ranges) {
+			if c := ranges[key]; dst.Overlaps(c) && dst.Bits() > 0 {
+				v.add(path+".destination", "%s overlaps %s %s: the cluster's traffic would leave through this route", dst, key, c)
+			}
+		}
+	}
+	if r.Gateway == "" && r.Dev == "" {
+		v.add(path, "needs a gateway, a dev, or both")
+	}
+	if r.Gateway != "" {
+		if gw, err := netip.ParseAddr(r.Gateway); err != nil || !gw.Is4() {
+			v.add(path+".gateway", "%q is not an IPv4 address", r.Gateway)
+		}
+	}
+	if r.Dev != "" {
+		if msg := InterfaceName(r.Dev); msg != "" {
+			v.add(path+".dev", "%q %s", r.Dev, msg)
+		}
+	}
+	if r.Metric < 0 || r.Metric > MaxMetric {
+		v.add(path+".metric", "%d must be between 0 and %d", r.Metric, int64(MaxMetric))
+	}
+}
+
+// InterfaceName is the kernel's rule for a network interface name: 1-15
+// bytes, not . or .., no '/', ':' or white space.
+func InterfaceName(s string) string {
+	if s == "" || len(s) > 15 || s == "." || s == ".." || strings.ContainsAny(s, "/: \t\n\r") {
+		return "is not an interface name (1-15 characters, no '/', ':' or spaces)"
+	}
+	return ""
+}
