@@ -31,7 +31,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 	a := &Agent{Layout: l, Log: log, Interval: interval, Metrics: reg,
 		Socket: l.OnRoot(l.AgentSocket()), TCPAddress: c.Agent.MetricsAddress}
 	a.Loops = append(a.Loops,
-		KeepMachine(&MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec}),
+		KeepMachine(&MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec, ConfigFile: l.OnRoot(l.ConfigFile())}),
 		ReportUpgradeOutcome(l, rec),
 	)
 	if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
