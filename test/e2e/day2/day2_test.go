@@ -4,8 +4,11 @@
 // client certificate and a clock ten minutes off, each with its remedy;
 // `debug bundle` holds what a support case needs and none of the secrets
 // planted for it; the agent's /metrics and /healthz answer on its socket;
-// the join and a repair are Events on the Node; and a start on a terminal
-// shows its progress display.
+// the join and a repair are Events on the Node; drift inside the machine
+// (an edited kubelet config, a stopped containerd, a removed kubelet
+// unit) is repaired within one reconcile interval while a file the agent
+// does not own stays edited; and a start on a terminal shows its
+// progress display.
 package day2
 
 import (
@@ -156,6 +159,7 @@ func TestDay2(t *testing.T) {
 	t.Run("debug-expired-certificate", e.debugExpiredCert)
 	t.Run("debug-clock-skew", e.debugClockSkew)
 	t.Run("repair-event-and-unhealthy", e.repairAndUnhealthy)
+	t.Run("drift", e.drift)
 	e.h.RunOK(t, agent, "reset")
 }
 
@@ -294,11 +298,14 @@ func (e *env) expectError(t *testing.T, name string, want ...string) {
 }
 
 // debugKubeletStopped: with the kubelet stopped in the machine, debug
-// says so; the kubelet is started again after.
+// says so; the kubelet is started again after. The agent is stopped
+// meanwhile: it would start the kubelet within its interval.
 func (e *env) debugKubeletStopped(t *testing.T) {
+	e.h.RunOK(t, "systemctl", "stop", "aks-flex-node-agent.service")
 	e.inMachine(t, "systemctl", "stop", "kubelet.service")
 	defer func() {
 		e.inMachine(t, "systemctl", "start", "kubelet.service")
+		e.h.RunOK(t, "systemctl", "start", "aks-flex-node-agent.service")
 		kubetest.WaitReady(e.ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 	}()
 	e.expectError(t, "kubelet", "inactive")
