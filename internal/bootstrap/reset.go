@@ -16,7 +16,8 @@ import (
 // ResetPhases are reset's phases: the agent service first (so nothing
 // restarts the machines), then both machines of the blue/green pair and
 // the layer cache they were made from (unless o.KeepImageCache), then
-// every path start tracked.
+// what start changed on the host to keep swap off, then every path start
+// tracked.
 func ResetPhases(o Options) []task.Phase {
 	o.setDefaults()
 	l := o.Layout
@@ -29,6 +30,7 @@ func ResetPhases(o Options) []task.Phase {
 	return []task.Phase{
 		{Name: "agent", Tasks: []task.Task{RemoveAgentService(l, mgr, o.Log)}},
 		{Name: "machines", Tasks: machines},
+		{Name: "host", Tasks: []task.Task{RestoreSwap(l, o.Exec)}},
 		{Name: "files", Tasks: []task.Task{RemoveTrackedPaths(l, o.Log)}},
 	}
 }
