@@ -121,6 +121,11 @@ func TestDay2(t *testing.T) {
 	// Before the join: the bundle still works and says what is missing.
 	t.Run("bundle-unjoined", e.unjoinedBundle)
 
+	must(t, e.h.CopyIn(filepath.Join(repoRoot(), "scripts", "uninstall.sh"), "/root/dist/uninstall.sh", 0o755))
+	before, err := e.h.Snapshot("/etc", "/var", "/opt", "/usr")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256File(t, dist+"/aks-flex-node"))
 	began := time.Now()
 	out, stderr, err := e.h.Run(ctx, agent, "start", "--join-timeout", "2m")
@@ -160,7 +165,9 @@ func TestDay2(t *testing.T) {
 	t.Run("debug-clock-skew", e.debugClockSkew)
 	t.Run("repair-event-and-unhealthy", e.repairAndUnhealthy)
 	t.Run("drift", e.drift)
-	e.h.RunOK(t, agent, "reset")
+	t.Run("node-deleted", e.nodeDeleted)
+	// Last: the node resets itself.
+	t.Run("deletion-taint", func(t *testing.T) { e.deletionTaint(t, before) })
 }
 
 func (e *env) config(m fixtures.Manifest) []byte {

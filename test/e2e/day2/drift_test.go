@@ -31,8 +31,8 @@ func (e *env) drift(t *testing.T) {
 	// The machine the last case stopped is back and booted.
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 	t.Run("kubelet-config-edited", e.driftKubeletConfig)
-	t.Run("containerd-stopped", e.driftContainerdStopped)
 	t.Run("kubelet-unit-removed", e.driftKubeletUnitRemoved)
+	t.Run("containerd-stopped", e.driftContainerdStopped)
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 	if out := e.h.RunOK(t, agent, "status"); !strings.Contains(out, "node-file-edited") || !strings.Contains(out, "unit-stopped") {
 		t.Errorf("status does not show the last repairs:\n%s", out)
@@ -67,11 +67,22 @@ func (e *env) driftKubeletConfig(t *testing.T) {
 }
 
 func (e *env) driftContainerdStopped(t *testing.T) {
+	show := func() string {
+		out, _, _ := e.h.Shell(e.ctx, `nsenter -t "$(machinectl show kube1 -p Leader --value)" -a -- systemctl show containerd.service -p ActiveState -p InvocationID`)
+		return strings.Join(strings.Fields(out), " ")
+	}
+	was := show()
 	since := time.Now()
 	e.inMachine(t, "systemctl", "stop", "containerd.service")
+	t.Logf("containerd was %s; after the stop %s", was, show())
+	defer func() {
+		if t.Failed() {
+			t.Logf("in the machine:\n%s", e.inMachine(t, "journalctl", "--no-pager", "-n", "40", "-u", "containerd.service", "-u", "kubelet.service"))
+		}
+	}()
 	took := e.waitFor(t, "containerd active again", func() bool {
-		out, _, _ := e.h.Shell(e.ctx, `nsenter -t "$(machinectl show kube1 -p Leader --value)" -a -- systemctl is-active containerd.service`)
-		return strings.TrimSpace(out) == "active"
+		now := show()
+		return strings.Contains(now, "ActiveState=active") && now != was
 	})
 	t.Logf("BENCH drift-repair kind=containerd-stopped latency=%v", took.Round(time.Millisecond))
 	e.waitEventSaying(t, "Repaired", "containerd.service in machine kube1 was inactive", since)
