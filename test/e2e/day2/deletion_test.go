@@ -42,13 +42,24 @@ func (e *env) nodeDeleted(t *testing.T) {
 		}
 		// The restart comes within one interval; the kubelet then
 		// registers in a few seconds.
-		if time.Since(deleted) > reconcileInterval+30*time.Second {
+		if time.Since(deleted) > reconcileInterval+repairSlack {
 			t.Fatalf("Node %s not registered again %v after it was deleted", nodeName, time.Since(deleted))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("BENCH node-reregistered latency=%v (delete to a new Node object)", back.Round(time.Millisecond))
-	e.waitEventSaying(t, "Repaired", "Node "+nodeName+" was deleted without the", since)
+	// The 1.35 kubelet registers its Node again by itself, in well under
+	// an interval, so the agent, which restarts the kubelet only when it
+	// finds the Node missing, mostly has nothing to do: either is fine, as
+	// long as the Node is back within one interval (unit tests drive the
+	// agent's restart).
+	if back > reconcileInterval+repairSlack {
+		t.Errorf("Node %s back %v after it was deleted; want within one interval (%v) and %v", nodeName, back, reconcileInterval, repairSlack)
+	}
+	by := "the kubelet itself"
+	if e.hasEventSaying("Repaired", "Node "+nodeName+" was deleted without the", since) {
+		by = "the agent (kubelet restarted)"
+	}
+	t.Logf("BENCH node-reregistered latency=%v (delete to a new Node object, by %s)", back.Round(time.Millisecond), by)
 	kubetest.WaitReady(e.ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 }
 
@@ -59,8 +70,9 @@ func (e *env) nodeDeleted(t *testing.T) {
 // the host as it was before install.sh; uninstall.sh after the reset
 // must leave it so, as after `reset` (the join test's check).
 func (e *env) deletionTaint(t *testing.T, before aclhost.Tree) {
+	grace := int64(1) // sleep as PID 1 ignores SIGTERM
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "evict-me", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "main", Image: fixtures.BusyboxImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}}}}
+		Spec: corev1.PodSpec{NodeName: nodeName, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "main", Image: fixtures.BusyboxImageRef, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}}}}
 	if _, err := e.cp.Client.CoreV1().Pods("default").Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +82,7 @@ func (e *env) deletionTaint(t *testing.T, before aclhost.Tree) {
 		t.Fatal(err)
 	}
 	e.waitEventSaying(t, "Reset", "drained it (1 pod(s) evicted)", since)
+	t.Logf("BENCH deletion-taint-to-drained=%v", time.Since(since).Round(time.Millisecond))
 	e.waitPod(t, "evict-me", func(_ *corev1.Pod, err error) bool { return apierrors.IsNotFound(err) })
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

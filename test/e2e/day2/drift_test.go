@@ -128,19 +128,25 @@ func (e *env) waitFor(t *testing.T, what string, done func() bool) time.Duration
 func (e *env) waitEventSaying(t *testing.T, reason, text string, since time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		list, err := e.cp.Client.CoreV1().Events(metav1.NamespaceDefault).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=" + reason})
-		if err == nil {
-			for _, ev := range list.Items {
-				if strings.Contains(ev.Message, text) && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
-					t.Logf("Event %s %s: %s", ev.Type, ev.Reason, ev.Message)
-					return
-				}
-			}
-		}
+	for !e.hasEventSaying(reason, text, since) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s Event saying %q on Node %s (err %v)", reason, text, nodeName, err)
+			t.Fatalf("no %s Event saying %q on Node %s", reason, text, nodeName)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// hasEventSaying says whether the Node has an Event with reason whose
+// message contains text, recorded after since.
+func (e *env) hasEventSaying(reason, text string, since time.Time) bool {
+	list, err := e.cp.Client.CoreV1().Events(metav1.NamespaceDefault).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=" + reason})
+	if err != nil {
+		return false
+	}
+	for _, ev := range list.Items {
+		if strings.Contains(ev.Message, text) && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+			return true
+		}
+	}
+	return false
 }
