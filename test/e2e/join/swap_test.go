@@ -20,7 +20,7 @@ const swapLine = "/var/swapfile none swap sw 0 0"
 // across a power cut, and is back as it was after reset (the tree diff).
 func addSwapFile(t *testing.T, h *aclhost.Host) {
 	t.Helper()
-	h.ShellOK(t, `set -euo pipefail
+	h.ShellOK(t, `set -eu
 dd if=/dev/zero of=/var/swapfile bs=1M count=8 status=none
 chmod 600 /var/swapfile
 mkswap /var/swapfile >/dev/null
