@@ -6,14 +6,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/Azure/aks-flex-node/internal/drain"
 )
 
 func pod(name string, mod func(*corev1.Pod)) *corev1.Pod {
@@ -101,24 +99,3 @@ func TestNodeObjectDeletionTaint(t *testing.T) {
 		}
 	}
 }
-
-// A PodDisruptionBudget that never allows the eviction bounds the drain,
-// which names the pod.
-func TestDrainNamesWhatBlocksIt(t *testing.T) {
-	cs := fake.NewClientset(pod("guarded", nil))
-	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "eviction" {
-			return true, nil, &apiTooMany
-		}
-		return false, nil, nil
-	})
-	old := drain.Poll
-	drain.Poll = 10e6
-	defer func() { drain.Poll = old }()
-	_, err := drain.Drain(context.Background(), cs, "acl-node-01", 50e6)
-	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
-		t.Errorf("drain = %v", err)
-	}
-}
-
-var apiTooMany = apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 429, Reason: metav1.StatusReasonTooManyRequests}}
