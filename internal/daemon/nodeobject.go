@@ -40,8 +40,9 @@ const reregisterGrace = time.Minute
 const deletionDrainTimeout = 2 * time.Minute
 
 // NodeObjectKeeper keeps the Node object that the node registered: a Node
-// deleted without the deletion taint is registered again (the kubelet
-// registers only when it starts, so it is restarted), and a Node that
+// deleted without the deletion taint is registered again (the 1.35 kubelet
+// mostly does it itself within seconds; one that has not is restarted, and
+// registers at its start), and a Node that
 // carries the taint makes the agent drain it and reset the host. The
 // agent never deletes the Node: that is the cluster's decision.
 type NodeObjectKeeper struct {
