@@ -8,13 +8,18 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/swap"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 type disableSwap struct{ host Host }
 
 // DisableSwap returns the task that turns swap off when /proc/swaps lists
-// any device: the kubelet refuses to run with swap on.
+// any device, and keeps it off across reboots: the fstab lines that turn
+// it on at boot are commented with swap.Marker and, on a live host, the
+// swap units systemd knows are masked (recorded first, in the state dir).
+// The kubelet refuses to run with swap on. reset's restore-swap undoes
+// exactly what this did.
 func DisableSwap(h Host) task.Task { return &disableSwap{host: h} }
 
 func (t *disableSwap) Name() string { return "disable-swap" }
@@ -24,12 +29,57 @@ func (t *disableSwap) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		return task.Result{}, fmt.Errorf("read swaps: %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) <= 1 {
-		return task.Result{}, nil
+	var did []string
+	if lines := strings.Split(strings.TrimSpace(string(data)), "\n"); len(lines) > 1 {
+		if out, err := t.host.run(ctx, "swapoff", "-a"); err != nil {
+			return task.Result{}, fmt.Errorf("swapoff -a: %v: %s", err, bytes.TrimSpace(out))
+		}
+		did = append(did, fmt.Sprintf("%d swap device(s) off", len(lines)-1))
 	}
-	if out, err := t.host.run(ctx, "swapoff", "-a"); err != nil {
-		return task.Result{}, fmt.Errorf("swapoff -a: %v: %s", err, bytes.TrimSpace(out))
+	l := t.host.Layout
+	commented, err := swap.CommentFstab(l.Root())
+	if err != nil {
+		return task.Result{}, err
 	}
-	return task.Result{Changed: true, Detail: fmt.Sprintf("%d swap device(s) off", len(lines)-1)}, nil
+	if len(commented) > 0 {
+		did = append(did, fmt.Sprintf("%d %s line(s) commented", len(commented), swap.Fstab))
+	}
+	masked, err := t.mask(ctx)
+	if err != nil {
+		return task.Result{}, err
+	}
+	if len(masked) > 0 {
+		did = append(did, "masked "+strings.Join(masked, ","))
+	}
+	return task.Result{Changed: len(did) > 0, Detail: strings.Join(did, "; ")}, nil
+}
+
+// mask masks the swap units a live host's systemd has loaded, recording
+// them first. Offline (--root) there is no systemd to ask; the fstab is
+// what boots the tree with swap.
+func (t *disableSwap) mask(ctx context.Context) ([]string, error) {
+	l := t.host.Layout
+	if l.Root() != "/" {
+		return nil, nil
+	}
+	out, err := t.host.run(ctx, "systemctl", "list-units", "--type=swap", "--all", "--plain", "--no-legend", "--full")
+	if err != nil {
+		return nil, fmt.Errorf("list swap units: %v: %s", err, bytes.TrimSpace(out))
+	}
+	units := swap.Units(out)
+	if len(units) == 0 {
+		return nil, nil
+	}
+	if err := t.host.track(l.StateDir() + "/" + swap.MaskedFile); err != nil {
+		return nil, err
+	}
+	if err := swap.RecordMasked(l.OnRoot(l.StateDir()), units); err != nil {
+		return nil, err
+	}
+	for _, u := range units {
+		if out, err := t.host.run(ctx, "systemctl", "mask", u); err != nil {
+			return nil, fmt.Errorf("mask %s: %v: %s", u, err, bytes.TrimSpace(out))
+		}
+	}
+	return units, nil
 }

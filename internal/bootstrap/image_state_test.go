@@ -53,7 +53,9 @@ func TestAppliedStateRecordsResolvedImage(t *testing.T) {
 	if _, err := ProvisionMachine(s.host, s.machine, s.provisioner, s.image, staged, chosen, nil).Do(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := SaveState(s.host, s.machine, c, s.opts.ConfigFile, s.opts.ConfigData, chosen).Do(ctx); err != nil {
+	sums := task.NewOutput[map[string]string]("write-node-config")
+	sums.Set(map[string]string{"/etc/x": "sha256:00"})
+	if _, err := SaveState(s.host, s.machine, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, sums).Do(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a, err := state.LoadApplied(l.OnRoot(l.StateDir()))

@@ -17,9 +17,10 @@ import (
 // restarts the machines or puts routes back), then both machines of the
 // blue/green pair and the layer cache they were made from (unless
 // o.KeepImageCache), then what the node left in the host's network
-// namespace (owned routes, the bridge, netfilter state), then every path
-// start tracked (the network phase reads start's record of the host
-// before this removes it).
+// namespace (owned routes, the bridge, netfilter state), then what start
+// changed on the host to keep swap off, then every path start tracked
+// (the network phase reads start's record of the host before this
+// removes it).
 func ResetPhases(o Options) []task.Phase {
 	o.setDefaults()
 	l := o.Layout
@@ -34,6 +35,7 @@ func ResetPhases(o Options) []task.Phase {
 		{Name: "agent", Tasks: []task.Task{RemoveAgentService(l, mgr, o.Log)}},
 		{Name: "machines", Tasks: machines},
 		{Name: "network", Tasks: []task.Task{RemoveHostRoutes(h), RemoveBridgeNetwork(h)}},
+		{Name: "host", Tasks: []task.Task{RestoreSwap(l, o.Exec)}},
 		{Name: "files", Tasks: []task.Task{RemoveTrackedPaths(l, o.Log)}},
 	}
 }

@@ -18,14 +18,16 @@ type saveState struct {
 	configFile string
 	configData []byte
 	image      *task.Output[ImageChoice]
+	nodeSums   *task.Output[map[string]string]
 }
 
 // SaveState returns the task that records what start applied (state.Applied:
 // the config file and its digest, the prefix, the node and machine, the
 // worker image provision-machine chose and the digest it resolved to, the
-// versions).
-func SaveState(h Host, m Machine, c *config.Config, configFile string, configData []byte, image *task.Output[ImageChoice]) task.Task {
-	return &saveState{host: h, machine: m, config: c, configFile: configFile, configData: configData, image: image}
+// versions, and the checksums of the node files write-node-config
+// rendered, which the agent keeps the machine at).
+func SaveState(h Host, m Machine, c *config.Config, configFile string, configData []byte, image *task.Output[ImageChoice], nodeSums *task.Output[map[string]string]) task.Task {
+	return &saveState{host: h, machine: m, config: c, configFile: configFile, configData: configData, image: image, nodeSums: nodeSums}
 }
 
 func (t *saveState) Name() string { return "save-state" }
@@ -33,6 +35,10 @@ func (t *saveState) Name() string { return "save-state" }
 func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 	l := t.host.Layout
 	img, err := t.image.Get()
+	if err != nil {
+		return task.Result{}, err
+	}
+	sums, err := t.nodeSums.Get()
 	if err != nil {
 		return task.Result{}, err
 	}
@@ -54,6 +60,7 @@ func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 		RuncVersion:       t.config.Components.Runc,
 		AgentVersion:      buildinfo.Version,
 		AppliedAt:         time.Now().UTC(),
+		NodeFiles:         sums,
 	})
 	return task.Result{Changed: changed}, err
 }

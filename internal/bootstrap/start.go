@@ -118,6 +118,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	staged := task.NewOutput[artifact.Staged]("stage-node-components")
 	components := task.NewOutput[bool]("install-node-components")
 	nodeConfig := task.NewOutput[bool]("write-node-config")
+	nodeSums := task.NewOutput[map[string]string]("write-node-config")
 	nspawnFiles := task.NewOutput[bool]("write-nspawn-files")
 	chosen := task.NewOutput[ImageChoice]("provision-machine")
 	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode, Binds: IdentityBinds(s.opts.Layout, c)}
@@ -139,7 +140,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			SeedAgentSlots(h),
 			WriteIdentity(h, c),
 			WriteNspawnFiles(h, m, nspawnOpts, nspawnFiles),
-			WriteNodeConfig(m, c, cgroupMode, nodeConfig),
+			WriteNodeConfig(m, c, cgroupMode, nodeConfig, nodeSums),
 			StartMachine(m, nspawnFiles, components, nodeConfig),
 			ImportImages(m),
 		}},
@@ -149,7 +150,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 			WaitNodeReady(m, c, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{
-			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen),
+			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, nodeSums),
 			InstallAgentService(h, s.opts.Log),
 			WriteJoinedMarker(h, c.Agent.NodeName),
 		}},

@@ -25,11 +25,20 @@ for the config file and for the API server rather than exiting, so systemd's
 start limit is never reached because a cluster is not yet reachable. An
 invalid config exits 2, which the unit does not restart.
 
-On a joined host it keeps the node's machine running: every
-agent.machineReconcileInterval it starts the machine if it is stopped (after
-a reboot nothing else does), without waiting for the API server. Each repair
-is an Event (Repaired, or RepairFailed) on the Node, recorded with the node's
-own credential; so is a rollback of an agent upgrade (RolledBack).
+On a joined host it keeps the node, at its start and every
+agent.machineReconcileInterval, under the node lock (skipping a pass while
+start, reset or agent-upgrade hold it): the active machine running (after a
+reboot nothing else starts it), the files start rendered into it as start
+recorded them (an edited or deleted one is restored from the agent's own
+rendering and the unit that reads it restarted), containerd and the kubelet
+active, the inactive side stopped; this needs no API server. Once the API
+server answers, a Node deleted without the deletion taint is registered
+again (the kubelet restarted), and a Node carrying
+kubernetes.azure.com/flex-node-deleting=true:NoSchedule is drained and the
+host reset (the agent stops for good; it never deletes the Node). Each
+repair is a log line, a metric, an entry status shows, and an Event
+(Repaired, or RepairFailed) on the Node, recorded with the node's own
+credential; so is a rollback of an agent upgrade (RolledBack).
 
 It serves /healthz and /metrics (Prometheus) on the Unix socket
 /var/lib/aks-flex-node/agent.sock (root only), and on agent.metricsAddress

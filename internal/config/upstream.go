@@ -124,7 +124,7 @@ var UpstreamKeys = []UpstreamKey{
 	{Key: "agent.logLevel", Outcome: Implemented, Sample: `"debug"`},
 	{Key: "agent.logDir", Outcome: Implemented, Here: "the agent writes agent.log there (rotated), besides the journal", Sample: `"/var/log/aks-flex-node"`},
 	{Key: "agent.nodeName", Outcome: Implemented, Sample: `"node-1"`},
-	{Key: "agent.machineReconcileInterval", Outcome: Implemented, Here: "a different meaning: how often the agent checks that the node's machine runs (default 1m); upstream re-reads the AKS machine resource (default 10m) and also takes nanoseconds as a number, which `config migrate` turns into a duration", Sample: `"5m"`},
+	{Key: "agent.machineReconcileInterval", Outcome: Implemented, Here: "how often the agent reconciles the node (default 1m): the machine running, the node files and units in it as start recorded them (restored when edited or deleted), the inactive side stopped, a deleted Node registered again; upstream reconciles against the AKS machine resource (default 10m) and also takes nanoseconds as a number, which `config migrate` turns into a duration", Sample: `"5m"`},
 	{Key: "agent.metricsAddress", Outcome: Ours, Here: "a TCP address for the agent's /healthz and /metrics, besides its socket in the state dir", Sample: `"127.0.0.1:9464"`},
 	{Key: "agent.hostPrefix", Outcome: Ours, Here: "the install prefix; `config migrate --host-prefix` sets it", Sample: `"/opt/aks-flex-node"`},
 	{Key: "agent.machineClient.mode", Outcome: Refused, Did: "chooses how the agent reads the AKS machine resource (arm, in-cluster or e2e)", Not: noMachine, Sample: `"in-cluster"`},

@@ -7,13 +7,17 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/events"
+	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
@@ -30,10 +34,8 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 	rec := events.ForMachine(c, l, func() string { return l.OnRoot(l.MachineDir(ActiveMachine(l))) }, c.Agent.NodeName, log)
 	a := &Agent{Layout: l, Log: log, Interval: interval, Metrics: reg,
 		Socket: l.OnRoot(l.AgentSocket()), TCPAddress: c.Agent.MetricsAddress}
-	a.Loops = append(a.Loops,
-		KeepMachine(&MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec}),
-		ReportUpgradeOutcome(l, rec),
-	)
+	keeper := &MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec, ConfigFile: l.OnRoot(l.ConfigFile())}
+	a.Loops = append(a.Loops, KeepMachine(keeper), ReportUpgradeOutcome(l, rec))
 	if loop := KeepHostRoutes(l, c, log); loop != nil {
 		a.Loops = append(a.Loops, *loop)
 	}
@@ -44,6 +46,18 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		}
 		a.WaitFor = "API server " + srv
 		a.Ready = client.Reachable
+		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper,
+			Client: func() (kubernetes.Interface, error) {
+				cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(ActiveMachine(l))))
+				if err != nil {
+					return nil, err
+				}
+				cfg.Timeout = 30 * time.Second
+				cfg.UserAgent = events.Component
+				return kubernetes.NewForConfig(cfg)
+			},
+			Reset: func(ctx context.Context) error { return startDeletionReset(ctx, l) },
+		}))
 		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
 		if err != nil {
 			return nil, err
@@ -55,6 +69,19 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// deletionResetUnit is the transient unit the deletion reset runs in.
+const deletionResetUnit = "aks-flex-node-deletion-reset"
+
+// startDeletionReset runs `aks-flex-node reset` in a transient unit of its
+// own: reset stops the agent's service, and a reset in the agent's cgroup
+// would be stopped with it.
+func startDeletionReset(ctx context.Context, l layout.Layout) error {
+	_, err := hostos.Exec(ctx, "systemd-run", "--unit="+deletionResetUnit, "--collect", "--quiet",
+		"--description=aks-flex-node reset: the Node carries "+DeletingTaint,
+		l.AgentBinary(), "reset", "--config", l.ConfigFile())
+	return err
 }
 
 // authenticated is the agent's readiness with an Azure identity: the API

@@ -2,12 +2,14 @@
 // as aks-flex-node-agent.service, what it waits for before it works (its
 // config file, the API server), the loops it runs, and what it tells the
 // outside about itself: /healthz and /metrics on its socket (serve.go,
-// health.go). Its loops today are keep-machine (keeper.go), which brings
-// the node's machine back after a reboot and records that repair, and
+// health.go). Its loops are keep-machine (keeper.go, drift.go), which
+// brings the node's machine back after a reboot, repairs drift inside it
+// against the checksums start recorded and stops the inactive side;
+// keep-node-object (nodeobject.go), which registers a deleted Node again
+// and resets a host whose Node carries the deletion taint; and
 // report-upgrade-outcome, which records a rollback of an agent upgrade as
-// an Event on the Node; the drift repair and repave that come next are
-// further Loops on the same Agent, and report through the same metrics
-// registry and event recorder. Loops that change the node hold the node
+// an Event on the Node. Repave is a further Loop to come; every loop
+// reports through the same metrics registry and event recorder. Loops that change the node hold the node
 // lock (internal/nodelock) while they do, taken at once or not at all.
 // The agent waits with backoff instead of crashing (a crash loop would
 // run into systemd's start limit and leave the host without an agent),

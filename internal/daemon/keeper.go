@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 // MachineKeeper is the agent's upkeep of a joined host's machine. Nothing
@@ -29,6 +30,13 @@ type MachineKeeper struct {
 	// either may be nil.
 	Metrics *metrics.Registry
 	Events  *events.Recorder
+	// ConfigFile (as this process opens it) is what drift repair renders
+	// the node files from; "" repairs no files (units and the inactive
+	// side are still kept).
+	ConfigFile string
+	// CgroupMode says the host's cgroup mode, which the rendering
+	// depends on; nil reads the host's mount table.
+	CgroupMode func() (string, error)
 }
 
 // RepairMachineStarted is the repair kind of a machine the keeper started.
@@ -66,32 +74,46 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	if joined, err := k.joined(); err != nil || !joined {
 		return err
 	}
+	applied, err := state.LoadApplied(k.Layout.OnRoot(k.Layout.StateDir()))
+	if err != nil {
+		return fmt.Errorf("keep machine: %w", err)
+	}
 	name := k.Machine
-	if name == "" {
+	switch {
+	case name != "":
+	case applied != nil && applied.Machine != "":
+		name = applied.Machine
+	default:
 		name = layout.MachineBlue
 	}
-	state, err := k.Control.State(ctx, name)
+	st, err := k.Control.State(ctx, name)
 	if err != nil {
 		return fmt.Errorf("keep machine %s: %w", name, err)
 	}
-	switch state {
-	case "active", "activating", "reloading":
+	switch st {
+	case "active", "reloading":
+		if applied == nil {
+			return nil
+		}
+		if err := k.keepNode(ctx, name, applied); err != nil {
+			return fmt.Errorf("keep node in machine %s: %w", name, err)
+		}
+		return nil
+	case "activating":
 		return nil
 	case "deactivating":
 		// Someone is stopping it on purpose (reset, repave); a start now
 		// would fight them. The next interval looks again.
 		return nil
 	}
-	k.Log.Warn("machine is not running on a joined host; starting it", "machine", name, "state", state, "joined-marker", k.Layout.JoinedMarker())
+	k.Log.Warn("machine is not running on a joined host; starting it", "machine", name, "state", st, "joined-marker", k.Layout.JoinedMarker())
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := k.Control.Start(sctx, name); err != nil {
-		k.Events.Warning(ctx, events.ReasonRepairFailed, "machine %s was %s on a joined host and could not be started: %v", name, state, err)
-		return fmt.Errorf("keep machine %s (was %s): %w", name, state, err)
+		k.Events.Warning(ctx, events.ReasonRepairFailed, "machine %s was %s on a joined host and could not be started: %v", name, st, err)
+		return fmt.Errorf("keep machine %s (was %s): %w", name, st, err)
 	}
-	k.Log.Info("machine started", "machine", name)
-	k.Metrics.Repaired(RepairMachineStarted)
-	k.Events.Normal(ctx, events.ReasonRepaired, "machine %s was %s on a joined host; aks-flex-node started it", name, state)
+	k.repaired(ctx, RepairMachineStarted, fmt.Sprintf("machine %s was %s on a joined host; aks-flex-node started it", name, st))
 	return nil
 }
 

@@ -162,3 +162,10 @@ func hasCapability(status []byte, field string, bit uint) (has, ok bool) {
 	}
 	return false, false
 }
+
+// HostOptions are the options that come from the host rather than the
+// config, for a host in cgroupMode ("v1" or "v2"): what start renders
+// with, and so what the agent's drift repair renders with to restore.
+func HostOptions(cgroupMode string) Options {
+	return Options{CgroupV1: cgroupMode != "v2", RestrictOOMScoreAdj: DetectRestrictOOMScoreAdj()}
+}

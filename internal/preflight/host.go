@@ -269,7 +269,7 @@ func swapCheck(e *Env) Check {
 		if len(active) == 0 {
 			return OK("swap off")
 		}
-		return Warning("nothing to do now; to keep swap off after a reboot, remove the swap entries from /etc/fstab (or mask the swap units)",
+		return Warning("nothing to do: start keeps it off across reboots (comments the swap lines of /etc/fstab with a marker and masks the swap units); reset puts both back",
 			"swap is on (%s in %s); start turns it off, because the kubelet does not run with swap on here", strings.Join(active, ", "), file)
 	})
 }

@@ -43,6 +43,11 @@ type Applied struct {
 	RuncVersion       string    `json:"runcVersion,omitempty"`
 	AgentVersion      string    `json:"agentVersion"`
 	AppliedAt         time.Time `json:"appliedAt"`
+	// NodeFiles are the checksums (node.Checksum) of the files start
+	// rendered into the machine, by path inside it: what the agent's
+	// drift repair compares the machine against and restores. Nothing
+	// else in the machine is the agent's to repair.
+	NodeFiles map[string]string `json:"nodeFiles,omitempty"`
 }
 
 // ErrChecksum means the state file does not match its sidecar: it was

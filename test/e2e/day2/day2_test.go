@@ -4,8 +4,11 @@
 // client certificate and a clock ten minutes off, each with its remedy;
 // `debug bundle` holds what a support case needs and none of the secrets
 // planted for it; the agent's /metrics and /healthz answer on its socket;
-// the join and a repair are Events on the Node; and a start on a terminal
-// shows its progress display.
+// the join and a repair are Events on the Node; drift inside the machine
+// (an edited kubelet config, a stopped containerd, a removed kubelet
+// unit) is repaired within one reconcile interval while a file the agent
+// does not own stays edited; and a start on a terminal shows its
+// progress display.
 package day2
 
 import (
@@ -118,6 +121,11 @@ func TestDay2(t *testing.T) {
 	// Before the join: the bundle still works and says what is missing.
 	t.Run("bundle-unjoined", e.unjoinedBundle)
 
+	must(t, e.h.CopyIn(filepath.Join(repoRoot(), "scripts", "uninstall.sh"), "/root/dist/uninstall.sh", 0o755))
+	before, err := e.h.Snapshot("/etc", "/var", "/opt", "/usr")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256File(t, dist+"/aks-flex-node"))
 	began := time.Now()
 	out, stderr, err := e.h.Run(ctx, agent, "start", "--join-timeout", "2m")
@@ -156,7 +164,10 @@ func TestDay2(t *testing.T) {
 	t.Run("debug-expired-certificate", e.debugExpiredCert)
 	t.Run("debug-clock-skew", e.debugClockSkew)
 	t.Run("repair-event-and-unhealthy", e.repairAndUnhealthy)
-	e.h.RunOK(t, agent, "reset")
+	t.Run("drift", e.drift)
+	t.Run("node-deleted", e.nodeDeleted)
+	// Last: the node resets itself.
+	t.Run("deletion-taint", func(t *testing.T) { e.deletionTaint(t, before) })
 }
 
 func (e *env) config(m fixtures.Manifest) []byte {
@@ -294,11 +305,14 @@ func (e *env) expectError(t *testing.T, name string, want ...string) {
 }
 
 // debugKubeletStopped: with the kubelet stopped in the machine, debug
-// says so; the kubelet is started again after.
+// says so; the kubelet is started again after. The agent is stopped
+// meanwhile: it would start the kubelet within its interval.
 func (e *env) debugKubeletStopped(t *testing.T) {
+	e.h.RunOK(t, "systemctl", "stop", "aks-flex-node-agent.service")
 	e.inMachine(t, "systemctl", "stop", "kubelet.service")
 	defer func() {
 		e.inMachine(t, "systemctl", "start", "kubelet.service")
+		e.h.RunOK(t, "systemctl", "start", "aks-flex-node-agent.service")
 		kubetest.WaitReady(e.ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 	}()
 	e.expectError(t, "kubelet", "inactive")

@@ -211,6 +211,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	} else {
 		e.spRefusals(t, h, sc)
 	}
+	addSwapFile(t, h)
 	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
 	if err != nil {
 		t.Fatal(err)
@@ -226,6 +227,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	firstReady := time.Since(e.lastStart)
 	e.checkJoined(t, h, sc)
 	e.checkStaticRoute(t, h, sc)
+	checkSwapKeptOff(t, h, "after the join")
 	e.checkNoSecrets(t, h, sc)
 	second, hashed := e.checkConverged(t, h, sc)
 	kind := "local-dir"
@@ -246,6 +248,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	t.Logf("BENCH scenario=%s auth=%s join=%v start-to-ready=%v converged-rerun=%v agent-%s", sc.name, sc.auth, first.Round(time.Millisecond), firstReady.Round(time.Millisecond), second.Round(time.Millisecond), strings.Join(strings.Fields(rss), " "))
 	idleCPU(t, h, pid)
 	e.checkPowerCutRecovery(t, h, sc)
+	checkSwapKeptOff(t, h, "after the power cut")
 
 	// Reset keeping the worker image's unpacked layers: the next start
 	// makes the machine from them (and, for the registry bundle, checks

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/upgrade"
+)
+
+func newStatusCommand() *cobra.Command {
+	var path, output, root string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent's version, upgrade slots and links, any upgrade in flight, the last upgrade or rollback, and the agent's last repairs",
+		Long: `Show which slot 'current' and 'last-good' name and the version in each slot
+(read by test-running it), the upgrade in flight if any (from, to,
+deadline), and the last upgrade or recovery record (result, reason,
+versions, time), and the agent's last repairs of the node (what it put
+back, and when: a machine started, a node file restored, a unit started,
+the inactive side stopped). The layout comes from --config; an absent or unreadable
+config selects the default layout, and says so on stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			log := logger(cmd.ErrOrStderr(), 0)
+			l, err := config.LookupLayout(root, path, log)
+			if err != nil {
+				return invalid(err)
+			}
+			s, err := upgrade.GetStatus(cmd.Context(), l)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			repairs, err := state.LastRepairs(l.OnRoot(l.StateDir()))
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), struct {
+					*upgrade.Status
+					Repairs []state.Repair `json:"repairs"`
+				}{s, repairs})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "agent:      %s (version %s)\n", s.AgentBinary, orNone(s.CurrentVersion))
+			fmt.Fprintf(w, "prefix:     %s\n", orNone(s.Prefix))
+			for _, lk := range []struct {
+				name string
+				ls   upgrade.LinkStatus
+			}{{"current", s.Current}, {"last-good", s.LastGood}} {
+				fmt.Fprintf(w, "%-11s %s -> %s", lk.name+":", lk.ls.Path, orNone(lk.ls.Slot))
+				if lk.ls.Error != "" {
+					fmt.Fprintf(w, " (%s)", lk.ls.Error)
+				}
+				fmt.Fprintln(w)
+			}
+			for _, sl := range s.Slots {
+				switch {
+				case !sl.Present:
+					fmt.Fprintf(w, "slot:       %s: empty\n", sl.Path)
+				case sl.Error != "":
+					fmt.Fprintf(w, "slot:       %s: does not run: %s\n", sl.Path, sl.Error)
+				default:
+					fmt.Fprintf(w, "slot:       %s: %s (sha256 %s)\n", sl.Path, sl.Version, sl.SHA256)
+				}
+			}
+			if r := s.InFlight; r != nil {
+				fmt.Fprintf(w, "in flight:  %s (%s) -> %s (%s), started %s, deadline %s\n", r.FromVersion, r.FromSlot, r.ToVersion, r.ToSlot,
+					r.Started.UTC().Format(time.RFC3339), r.Deadline.UTC().Format(time.RFC3339))
+			} else {
+				fmt.Fprintln(w, "in flight:  none")
+			}
+			if r := s.Last; r != nil {
+				fmt.Fprintf(w, "last:       %s %s -> %s at %s by %s: %s\n", r.Result, r.FromVersion, r.ToVersion, r.Time, r.By, r.Reason)
+			} else {
+				fmt.Fprintln(w, "last:       none")
+			}
+			printRepairs(w, repairs)
+			return nil
+		},
+	}
+	addConfigFlag(cmd, &path)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&root, "root", "/", "root directory of the host tree")
+	return cmd
+}
+
+// shownRepairs is how many of the last repairs the text shows.
+const shownRepairs = 5
+
+// printRepairs prints the last repairs, newest first.
+func printRepairs(w io.Writer, repairs []state.Repair) {
+	if len(repairs) == 0 {
+		fmt.Fprintln(w, "repairs:    none")
+		return
+	}
+	fmt.Fprintf(w, "repairs:    %d recorded, newest first\n", len(repairs))
+	for i := len(repairs) - 1; i >= 0 && i >= len(repairs)-shownRepairs; i-- {
+		r := repairs[i]
+		fmt.Fprintf(w, "  %s %s: %s\n", r.At.UTC().Format(time.RFC3339), r.Kind, r.What)
+	}
+}

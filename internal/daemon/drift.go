@@ -1,0 +1,186 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/node"
+	"github.com/Azure/aks-flex-node/internal/state"
+)
+
+// Repair kinds, the label of repairs_total and what `status` lists.
+const (
+	RepairNodeFileEdited  = "node-file-edited"
+	RepairNodeFileDeleted = "node-file-deleted"
+	RepairUnitStopped     = "unit-stopped"
+	RepairInactiveSide    = "inactive-machine-stopped"
+)
+
+// keepNode is one pass of drift repair inside the running machine name,
+// under the node lock the keeper holds: the node files start recorded
+// (state.Applied.NodeFiles) put back from the agent's own rendering of
+// the config when edited or deleted, and the units that read them
+// restarted; containerd and the kubelet started when they are not
+// active; the other side of the blue/green pair stopped. Files the state
+// does not record are not the agent's and are never looked at. A machine
+// that is still booting (or shutting down) is left for the next pass.
+func (k *MachineKeeper) keepNode(ctx context.Context, name string, a *state.Applied) error {
+	var errs []error
+	errs = append(errs, k.stopOtherSide(ctx, name))
+	out, _ := k.Control.Exec(ctx, name, "systemctl", "is-system-running")
+	if st := strings.TrimSpace(string(out)); st != "running" && st != "degraded" {
+		k.Log.Debug("machine not up yet; drift repair waits for the next pass", "machine", name, "state", st)
+		return errors.Join(errs...)
+	}
+	restart, reload, err := k.restoreFiles(ctx, name, a)
+	errs = append(errs, err)
+	if reload {
+		if _, err := k.Control.Exec(ctx, name, "systemctl", "daemon-reload"); err != nil {
+			errs = append(errs, fmt.Errorf("daemon-reload: %w", err))
+		}
+	}
+	for _, u := range restart {
+		if _, err := k.Control.Exec(ctx, name, "systemctl", "restart", u); err != nil {
+			errs = append(errs, fmt.Errorf("restart %s: %w", u, err))
+		}
+	}
+	for _, u := range node.KeptUnits() {
+		if slices.Contains(restart, u) {
+			continue
+		}
+		errs = append(errs, k.keepUnit(ctx, name, u))
+	}
+	return errors.Join(errs...)
+}
+
+// restoreFiles puts back each recorded node file that drifted and says
+// which units read them (to restart) and whether a unit file was among
+// them (systemd reloads first).
+func (k *MachineKeeper) restoreFiles(ctx context.Context, name string, a *state.Applied) (restart []string, reload bool, err error) {
+	if len(a.NodeFiles) == 0 {
+		return nil, false, nil // a join by an agent that recorded none
+	}
+	root := machine.Dir(k.Layout, name)
+	drift, err := node.FindDrift(root, a.NodeFiles)
+	if err != nil || len(drift) == 0 {
+		return nil, false, err
+	}
+	rendered, err := k.render()
+	if err != nil {
+		k.Events.Warning(ctx, events.ReasonRepairFailed, "%d node file(s) in machine %s changed (%s) and cannot be restored: %v", len(drift), name, drift[0].Path, err)
+		return nil, false, fmt.Errorf("restore node files: %w", err)
+	}
+	var errs []error
+	for _, d := range drift {
+		i := slices.IndexFunc(rendered, func(f node.File) bool { return f.Path == d.Path })
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("restore %s: %w", d.Path, node.ErrRenderingChanged))
+			continue
+		}
+		if err := node.Restore(root, rendered[i], a.NodeFiles[d.Path]); err != nil {
+			k.Events.Warning(ctx, events.ReasonRepairFailed, "%s in machine %s was %s and could not be restored: %v", d.Path, name, d.How, err)
+			errs = append(errs, err)
+			continue
+		}
+		unit, unitFile := node.UnitOf(d.Path)
+		reload = reload || unitFile
+		if unit != "" && !slices.Contains(restart, unit) {
+			restart = append(restart, unit)
+		}
+		kind := RepairNodeFileEdited
+		if d.How == "deleted" {
+			kind = RepairNodeFileDeleted
+		}
+		then := ""
+		if unit != "" {
+			then = " and restarted " + unit
+		}
+		k.repaired(ctx, kind, fmt.Sprintf("%s in machine %s was %s; aks-flex-node restored it%s", d.Path, name, d.How, then))
+	}
+	return restart, reload, errors.Join(errs...)
+}
+
+// render is the agent's rendering of the node files from the config file
+// as it is now: only files whose rendering still has the recorded
+// checksum are restored from it.
+func (k *MachineKeeper) render() ([]node.File, error) {
+	c, err := config.Load(k.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	cgroupMode := k.CgroupMode
+	if cgroupMode == nil {
+		cgroupMode = func() (string, error) { return machine.HostCgroupMode(k.Layout.Root()) }
+	}
+	mode, err := cgroupMode()
+	if err != nil {
+		return nil, fmt.Errorf("detect cgroup mode: %w", err)
+	}
+	return node.Render(c, node.HostOptions(mode))
+}
+
+// keepUnit starts unit in machine name when it is inactive or failed. A
+// unit on its way (activating, reloading, deactivating) is left alone.
+func (k *MachineKeeper) keepUnit(ctx context.Context, name, unit string) error {
+	out, _ := k.Control.Exec(ctx, name, "systemctl", "is-active", unit)
+	st := strings.TrimSpace(string(out))
+	if st != "inactive" && st != "failed" {
+		return nil
+	}
+	if _, err := k.Control.Exec(ctx, name, "systemctl", "restart", unit); err != nil {
+		k.Events.Warning(ctx, events.ReasonRepairFailed, "%s in machine %s was %s and could not be started: %v", unit, name, st, err)
+		return fmt.Errorf("start %s (was %s): %w", unit, st, err)
+	}
+	k.repaired(ctx, RepairUnitStopped, fmt.Sprintf("%s in machine %s was %s; aks-flex-node started it", unit, name, st))
+	return nil
+}
+
+// stopOtherSide stops every machine of the pair but the active one: two
+// kubelets as one node would fight over it.
+func (k *MachineKeeper) stopOtherSide(ctx context.Context, active string) error {
+	var errs []error
+	for _, other := range k.Layout.Machines() {
+		if other == active {
+			continue
+		}
+		st, err := k.Control.State(ctx, other)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st != "active" && st != "activating" && st != "reloading" {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, stopTimeout)
+		err = k.Control.Stop(sctx, other)
+		cancel()
+		if err != nil {
+			k.Events.Warning(ctx, events.ReasonRepairFailed, "machine %s, the inactive side, was %s and could not be stopped: %v", other, st, err)
+			errs = append(errs, fmt.Errorf("stop inactive machine %s: %w", other, err))
+			continue
+		}
+		k.repaired(ctx, RepairInactiveSide, fmt.Sprintf("machine %s, the inactive side, was %s while %s is active; aks-flex-node stopped it", other, st, active))
+	}
+	return errors.Join(errs...)
+}
+
+// stopTimeout bounds stopping the inactive side under the node lock.
+const stopTimeout = 2 * time.Minute
+
+// repaired says what was repaired: one log line, the metric, an Event on
+// the Node and the state's list of last repairs, which `status` shows.
+func (k *MachineKeeper) repaired(ctx context.Context, kind, what string) {
+	k.Log.Info("repaired: "+what, "kind", kind)
+	k.Metrics.Repaired(kind)
+	k.Events.Normal(ctx, events.ReasonRepaired, "%s", what)
+	if err := state.RecordRepair(k.Layout.OnRoot(k.Layout.StateDir()), state.Repair{At: time.Now().UTC(), Kind: kind, What: what}); err != nil {
+		k.Log.Warn("could not record the repair for status", "error", err)
+	}
+}

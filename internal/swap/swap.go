@@ -1,0 +1,153 @@
+// Package swap owns keeping swap off across reboots, and undoing exactly
+// that: the host's /etc/fstab lines that turn swap on at boot, commented
+// with a marker that reset removes again, and the record of the swap
+// units start masked, which reset unmasks. swapoff itself is the
+// disable-swap task's; the kubelet does not run with swap on here.
+package swap
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+)
+
+// Fstab is the host's mount table, relative to the root.
+const Fstab = "/etc/fstab"
+
+// Marker starts each fstab line start commented; reset uncomments the
+// lines that start with it, and only those.
+const Marker = "#aks-flex-node:swap-off# "
+
+// MaskedFile, in the state dir, lists the swap units start masked.
+const MaskedFile = "swap-masked.json"
+
+// CommentFstab comments every swap line of root's fstab that would turn
+// swap on at boot (type swap, not noauto), atomically and keeping the
+// file's mode; it returns the lines it commented. A missing fstab is no
+// swap.
+func CommentFstab(root string) (commented []string, err error) {
+	p := filepath.Join(root, Fstab)
+	data, mode, err := read(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	for i, l := range lines {
+		if activeSwap(l) {
+			commented = append(commented, strings.TrimRight(l, "\n"))
+			lines[i] = Marker + l
+		}
+	}
+	if len(commented) == 0 {
+		return nil, nil
+	}
+	if _, err := fsutil.WriteFile(p, []byte(strings.Join(lines, "")), mode); err != nil {
+		return nil, fmt.Errorf("comment swap in %s: %w", p, err)
+	}
+	return commented, nil
+}
+
+// RestoreFstab uncomments the lines CommentFstab commented, atomically,
+// and returns how many.
+func RestoreFstab(root string) (int, error) {
+	p := filepath.Join(root, Fstab)
+	data, mode, err := read(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	n := 0
+	for i, l := range lines {
+		if rest, ok := strings.CutPrefix(l, Marker); ok {
+			lines[i] = rest
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := fsutil.WriteFile(p, []byte(strings.Join(lines, "")), mode); err != nil {
+		return 0, fmt.Errorf("restore swap in %s: %w", p, err)
+	}
+	return n, nil
+}
+
+func read(p string) ([]byte, fs.FileMode, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	data, err := fsutil.ReadRegular(p, 1<<20)
+	return data, fi.Mode().Perm(), err
+}
+
+// activeSwap says whether fstab line l turns swap on at boot.
+func activeSwap(l string) bool {
+	f := strings.Fields(l)
+	if len(f) < 3 || strings.HasPrefix(f[0], "#") || f[2] != "swap" {
+		return false
+	}
+	return len(f) < 4 || !slices.Contains(strings.Split(f[3], ","), "noauto")
+}
+
+// Units are the swap units in `systemctl list-units --type=swap --all
+// --plain --no-legend --full` output that are not masked yet.
+func Units(listUnits []byte) []string {
+	var units []string
+	for _, l := range strings.Split(string(listUnits), "\n") {
+		f := strings.Fields(strings.TrimLeft(l, "●* "))
+		if len(f) < 2 || !strings.HasSuffix(f[0], ".swap") || f[1] == "masked" {
+			continue
+		}
+		units = append(units, f[0])
+	}
+	return units
+}
+
+// RecordMasked adds units to the record in stateDir, before they are
+// masked: a crash in between leaves a unit recorded that reset unmasks
+// (a no-op when it is not masked), never one masked and forgotten.
+func RecordMasked(stateDir string, units []string) error {
+	have, err := Masked(stateDir)
+	if err != nil {
+		return err
+	}
+	for _, u := range units {
+		if !slices.Contains(have, u) {
+			have = append(have, u)
+		}
+	}
+	data, _ := json.MarshalIndent(have, "", "  ")
+	_, err = fsutil.WriteFile(filepath.Join(stateDir, MaskedFile), append(data, '\n'), 0o600)
+	return err
+}
+
+// Masked is the record of the units start masked.
+func Masked(stateDir string) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(stateDir, MaskedFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var units []string
+	if err := json.Unmarshal(bytes.TrimSpace(data), &units); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(stateDir, MaskedFile), err)
+	}
+	return units, nil
+}
