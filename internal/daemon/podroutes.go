@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -63,14 +64,34 @@ func (k *PodRouteKeeper) joined() (bool, error) {
 	return err == nil, err
 }
 
+// waitJoined waits, up to Window, for the join to finish: the agent
+// starts near the end of start, a moment before the joined marker, and a
+// pass that gave up at once would leave the routes a whole interval late.
+// nil without an error when the host has not joined by then.
+func (k *PodRouteKeeper) waitJoined(ctx context.Context) (*state.Applied, error) {
+	var a *state.Applied
+	err := wait.PollUntilContextTimeout(ctx, time.Second, k.Window, true, func(context.Context) (bool, error) {
+		ok, err := k.joined()
+		if err != nil || !ok {
+			return false, err
+		}
+		a, err = state.LoadApplied(k.Layout.OnRoot(k.Layout.StateDir()))
+		return err == nil && a != nil && a.NodeName != "", err
+	})
+	if err != nil && ctx.Err() == nil && wait.Interrupted(err) {
+		return nil, nil // not joined: the next pass looks again
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
 // Keep is one pass: list, match, then watch and match at each change
 // until Window ends or the watch does.
 func (k *PodRouteKeeper) Keep(ctx context.Context) error {
-	if ok, err := k.joined(); err != nil || !ok {
-		return err
-	}
-	a, err := state.LoadApplied(k.Layout.OnRoot(k.Layout.StateDir()))
-	if err != nil || a == nil || a.NodeName == "" {
+	a, err := k.waitJoined(ctx)
+	if err != nil || a == nil {
 		return err
 	}
 	cs, err := k.Client()
