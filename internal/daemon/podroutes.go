@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
 	"github.com/Azure/aks-flex-node/internal/state"
@@ -100,6 +101,9 @@ func (k *PodRouteKeeper) Keep(ctx context.Context) error {
 	}
 	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf("%s: list Nodes: %w; the node's credential needs ClusterRole %s (`aks-flex-node cluster prepare --bootstrap-token` prints it, bound to group system:nodes)", keepPodRoutesLoop, err, clusterprep.NodeReaderRole)
+		}
 		return fmt.Errorf("%s: list Nodes: %w", keepPodRoutesLoop, err)
 	}
 	nodes := map[string]*corev1.Node{}
