@@ -139,7 +139,8 @@ func webPod(node string) *corev1.Pod {
 }
 
 // checkPodToPod: a web pod on each node; from inside each, every other
-// node's pod answers by pod IP, and logs the asking pod's own IP.
+// node's pod answers by pod IP, and logs the asking pod's own IP. (The
+// image's static busybox wget crashes with -T; timeout bounds it.)
 func (f *fleet) checkPodToPod(t *testing.T) {
 	pods := f.cp.Client.CoreV1().Pods("default")
 	ips := map[string]string{}
@@ -169,7 +170,7 @@ func (f *fleet) checkPodToPod(t *testing.T) {
 			url := "http://" + ips[to.name] + ":8080/"
 			var answer string
 			d := poll(t, f.ctx, 30*time.Second, fmt.Sprintf("web-%s -> %s (web-%s)", from.name, url, to.name), func() string {
-				out, err := f.cp.Kubectl(f.ctx, nil, "exec", "web-"+from.name, "--", "wget", "-q", "-T", "5", "-O-", url)
+				out, err := f.cp.Kubectl(f.ctx, nil, "exec", "web-"+from.name, "--", "timeout", "5", "wget", "-q", "-O-", url)
 				if answer = strings.TrimSpace(string(out)); err != nil || answer != to.name {
 					return fmt.Sprintf("answer %q, %v", answer, err)
 				}
