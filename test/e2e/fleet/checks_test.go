@@ -223,13 +223,26 @@ func (f *fleet) checkNodeDeletion(t *testing.T, gone *member) {
 	f.waitRoutes(t, rest)
 }
 
-// checkResets: reset on each host leaves its network as before the join.
+// checkResets: reset on each host leaves its network as before the join
+// (the Ignition host's: see ignitionNetDiff).
 func (f *fleet) checkResets(t *testing.T) {
+	var acl netState
 	for _, m := range f.members {
+		if m.variant == aclhost.ACL && !m.ignition {
+			acl = m.netBefore
+		}
+	}
+	for i, m := range f.members {
 		begin := time.Now()
 		m.h.RunOK(t, m.agent, "reset")
 		t.Logf("BENCH fleet host=%s reset=%v", m.name, time.Since(begin).Round(time.Millisecond))
-		if d := netsnap.Diff(m.netBefore, netsnap.Take(t, m.h)); len(d) > 0 {
+		var d []string
+		if m.ignition {
+			d = ignitionNetDiff(t, m, f.lab.hosts[i], acl)
+		} else {
+			d = netsnap.Diff(m.netBefore, netsnap.Take(t, m.h))
+		}
+		if len(d) > 0 {
 			t.Errorf("%s: reset left the host's network changed:\n%s", m.name, strings.Join(d, "\n"))
 		}
 	}

@@ -2,7 +2,9 @@
 // ACL-like hosts and a Debian host, each in its own network namespace on a
 // bridge the test made (lab_test.go), join at the same moment in bridge
 // mode with the pod CIDRs the controller manager allocates
-// (--allocate-node-cidrs). A pod on each node reaches a pod on each other
+// (--allocate-node-cidrs): the Debian host and one ACL-like host by
+// `start`, the other ACL-like host provisioned entirely by the real
+// Ignition from `ignition render` and joined by its first-boot unit. A pod on each node reaches a pod on each other
 // node by pod IP, and the pod answering sees the asking pod's own address
 // (no masquerade between pod networks); deleting a Node removes the routes
 // to it on the others within seconds; after reset each host's network is
@@ -25,6 +27,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/ignitiontest"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/fixtures"
 )
@@ -38,11 +41,14 @@ type spec struct {
 	variant aclhost.Variant
 	prefix  string
 	agent   string
+	// ignition: provisioned by the real Ignition from `ignition render`,
+	// joined by its first-boot unit; no start by hand.
+	ignition bool
 }
 
 var specs = []spec{
 	{name: "fleet-acl-1", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node"},
-	{name: "fleet-acl-2", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node"},
+	{name: "fleet-ign", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", ignition: true},
 	{name: "fleet-debian", variant: aclhost.Debian, agent: "/usr/local/bin/aks-flex-node"},
 }
 
@@ -72,15 +78,18 @@ func repoRoot() string {
 }
 
 func TestFleet(t *testing.T) {
-	aclhost.RequireE2E(t)
+	ignitiontest.Require(t)
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	f := &fleet{ctx: ctx}
 	f.setUp(t)
 	t.Logf("BENCH fleet setup=%v", time.Since(begin).Round(time.Millisecond))
+	f.members = make([]*member, len(specs))
 	for i, s := range specs {
-		f.members = append(f.members, f.boot(t, s, f.lab.hosts[i]))
+		if !s.ignition {
+			f.members[i] = f.boot(t, s, f.lab.hosts[i])
+		}
 	}
 	f.joinAll(t)
 	f.checkPodCIDRs(t)
@@ -154,19 +163,7 @@ func (f *fleet) boot(t *testing.T, s spec, lh labHost) *member {
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + f.bundle + ":" + bundleDir,
 	}})
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		a, _, _ := h.Run(context.Background(), "journalctl", "--no-pager", "-n", "60", "-u", "aks-flex-node-agent")
-		t.Logf("%s: agent:\n%s", s.name, a)
-		for _, unit := range []string{"kubelet", "containerd"} {
-			j, _, _ := h.Run(context.Background(), "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "60", "-u", unit)
-			t.Logf("%s: %s in kube1:\n%s", s.name, unit, j)
-		}
-		r, _, _ := h.Run(context.Background(), "sh", "-c", "ip route; nft list ruleset")
-		t.Logf("%s: routes and nft:\n%s", s.name, r)
-	})
+	f.logOnFailure(t, s.name, h)
 	h.ShellOK(t, "rm -f /etc/resolv.conf && : > /etc/resolv.conf")
 	for src, dst := range map[string]string{
 		f.dist + "/aks-flex-node":                          "/root/dist/aks-flex-node",
@@ -182,6 +179,25 @@ func (f *fleet) boot(t *testing.T, s spec, lh labHost) *member {
 	m := &member{spec: s, h: h, ip: lh.IP}
 	m.netBefore = snapshotNet(t, h)
 	return m
+}
+
+// logOnFailure logs the host's agent, its machine's kubelet and
+// containerd, and its routes and nft when the test fails (registered
+// after the host, so it runs before the host stops).
+func (f *fleet) logOnFailure(t *testing.T, name string, h *aclhost.Host) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		a, _, _ := h.Run(context.Background(), "journalctl", "--no-pager", "-n", "60", "-u", "aks-flex-node-agent", "-u", firstBootUnit)
+		t.Logf("%s: agent:\n%s", name, a)
+		for _, unit := range []string{"kubelet", "containerd"} {
+			j, _, _ := h.Run(context.Background(), "journalctl", "-D", "/var/lib/machines/kube1/var/log/journal", "--no-pager", "-n", "60", "-u", unit)
+			t.Logf("%s: %s in kube1:\n%s", name, unit, j)
+		}
+		r, _, _ := h.Run(context.Background(), "sh", "-c", "ip route; nft list ruleset")
+		t.Logf("%s: routes and nft:\n%s", name, r)
+	})
 }
 
 // config is the host's bootstrap-token config as an admin makes it:
@@ -223,25 +239,36 @@ func (f *fleet) config(t *testing.T, s spec, ip string) []byte {
 	return out
 }
 
-// joinAll installs the agent on every host, then runs start on all of
-// them at the same moment and waits for every Node to be Ready.
+// joinAll installs the agent on every host booted by hand, then at the
+// same moment runs start on each and boots the Ignition host (whose
+// first-boot unit joins it), and waits for every Node to be Ready.
 func (f *fleet) joinAll(t *testing.T) {
-	for _, m := range f.members {
+	ign := map[int]string{}
+	for i, s := range specs {
+		if s.ignition {
+			ign[i] = f.renderIgnition(t, s, f.lab.hosts[i].IP)
+			continue
+		}
+		m := f.members[i]
 		m.h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256Hex(t, f.dist+"/aks-flex-node"))
 	}
 	begin := time.Now()
 	var wg sync.WaitGroup
-	errs := make([]error, len(f.members))
-	took := make([]time.Duration, len(f.members))
-	for i, m := range f.members {
+	errs := make([]error, len(specs))
+	took := make([]time.Duration, len(specs))
+	for i, s := range specs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := time.Now()
-			_, stderr, err := m.h.Run(f.ctx, m.agent, "start", "--join-timeout", "3m")
-			took[i] = time.Since(s)
+			b := time.Now()
+			defer func() { took[i] = time.Since(b) }()
+			if s.ignition {
+				f.members[i], errs[i] = f.bootIgnition(t, s, f.lab.hosts[i], ign[i])
+				return
+			}
+			_, stderr, err := f.members[i].h.Run(f.ctx, s.agent, "start", "--join-timeout", "3m")
 			if err != nil {
-				errs[i] = fmt.Errorf("%s: start: %w\n%s", m.name, err, stderr)
+				errs[i] = fmt.Errorf("%s: start: %w\n%s", s.name, err, stderr)
 			}
 		}()
 	}
@@ -252,8 +279,15 @@ func (f *fleet) joinAll(t *testing.T) {
 		}
 	}
 	for i, m := range f.members {
+		if m.ignition {
+			checkFirstBootJoined(t, m)
+		}
 		kubetest.WaitReady(f.ctx, t, f.cp.Client, m.name, 2*time.Minute)
-		t.Logf("BENCH fleet host=%s join=%v", m.name, took[i].Round(time.Millisecond))
+		kind := "start"
+		if m.ignition {
+			kind = "ignition-boot-to-joined"
+		}
+		t.Logf("BENCH fleet host=%s %s=%v", m.name, kind, took[i].Round(time.Millisecond))
 	}
 	t.Logf("BENCH fleet all-ready=%v hosts=%d", time.Since(begin).Round(time.Millisecond), len(f.members))
 }
