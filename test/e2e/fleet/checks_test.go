@@ -123,7 +123,7 @@ func (f *fleet) waitRoutes(t *testing.T, members []*member) {
 }
 
 // webPod serves its node's name on :8080 and logs who asks (busybox
-// httpd -vv logs each request as "<client ip>:<port>: url:/").
+// httpd -vv logs each request with the client's address, loggedFrom).
 func webPod(node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-" + node, Namespace: "default"},
@@ -181,13 +181,19 @@ func (f *fleet) checkPodToPod(t *testing.T) {
 			// masquerade between pod networks.
 			poll(t, f.ctx, 10*time.Second, "web-"+to.name+" logs a request from "+ips[from.name], func() string {
 				b, err := pods.GetLogs("web-"+to.name, &corev1.PodLogOptions{}).DoRaw(f.ctx)
-				if err != nil || !strings.Contains(string(b), ips[from.name]+":") {
+				if err != nil || !loggedFrom(string(b), ips[from.name]) {
 					return fmt.Sprintf("logs %q, %v", b, err)
 				}
 				return ""
 			})
 		}
 	}
+}
+
+// loggedFrom says httpd logged a request from ip: "IP:PORT: url:/", or
+// "[::ffff:IP]:PORT: url:/" from its IPv6 socket.
+func loggedFrom(logs, ip string) bool {
+	return strings.Contains("\n"+logs, "\n"+ip+":") || strings.Contains(logs, "[::ffff:"+ip+"]:")
 }
 
 // checkNodeDeletion: gone's node stops (its agent and its machine, so
