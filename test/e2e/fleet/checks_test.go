@@ -229,6 +229,35 @@ func (f *fleet) checkNodeDeletion(t *testing.T, gone *member) {
 	f.waitRoutes(t, rest)
 }
 
+// deleteWebPods deletes the web pods and waits until they are gone, as an
+// operator drains a node before its reset: a container still running when
+// reset stops the machine (busybox httpd is PID 1 in its pod and ignores
+// SIGTERM) holds the machine's shutdown until systemd's stop timeout
+// (90 s). The deleted node's pod is left to the pod garbage collector.
+func (f *fleet) deleteWebPods(t *testing.T) {
+	pods := f.cp.Client.CoreV1().Pods("default")
+	var live []string
+	for _, m := range f.members {
+		if _, err := f.cp.Client.CoreV1().Nodes().Get(f.ctx, m.name, metav1.GetOptions{}); err == nil {
+			live = append(live, "web-"+m.name)
+		}
+	}
+	grace := int64(1) // the kubelet kills the container, then the object goes
+	for _, name := range live {
+		if err := pods.Delete(f.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, f.ctx, time.Minute, "web pods gone", func() string {
+		for _, name := range live {
+			if _, err := pods.Get(f.ctx, name, metav1.GetOptions{}); err == nil {
+				return name + " still there"
+			}
+		}
+		return ""
+	})
+}
+
 // checkResets: reset on each host leaves its network as before the join
 // (the Ignition host's: see ignitionNetDiff).
 func (f *fleet) checkResets(t *testing.T) {
@@ -238,6 +267,7 @@ func (f *fleet) checkResets(t *testing.T) {
 			acl = m.netBefore
 		}
 	}
+	f.deleteWebPods(t)
 	for i, m := range f.members {
 		begin := time.Now()
 		m.h.RunOK(t, m.agent, "reset")

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -98,7 +99,10 @@ func outsideNet(ns string) (netsnap.State, error) {
 // before it booted: addresses and routes as this machine reads them, and
 // its netfilter state with that of the other ACL-like host before its
 // join (the same image; the Ignition host joined during its first boot,
-// so nothing ran in it before).
+// so nothing ran in it before). One thing differs between the two: a
+// first boot applies the presets, which enable nftables.service, so the
+// Ignition host's boot loaded /etc/nftables.conf before the join; its
+// "before" nft ruleset is that file loaded in an empty namespace.
 func ignitionNetDiff(t *testing.T, m *member, lh labHost, acl netsnap.State) []string {
 	after, err := outsideNet(lh.NS)
 	if err != nil {
@@ -114,6 +118,10 @@ func ignitionNetDiff(t *testing.T, m *member, lh labHost, acl netsnap.State) []s
 			after[k] = v
 			before[k] = acl[k]
 		}
+	}
+	if active, _, _ := m.h.Run(context.Background(), "systemctl", "is-active", "nftables.service"); strings.TrimSpace(active) == "active" {
+		loaded := m.h.RunOK(t, "unshare", "--net", "sh", "-ec", "nft -f /etc/nftables.conf; nft -j list ruleset")
+		before[netsnap.NftKey] = netsnap.NftRuleset(t, loaded)
 	}
 	return netsnap.Diff(before, after)
 }

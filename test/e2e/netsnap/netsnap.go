@@ -43,15 +43,19 @@ func Take(t testing.TB, h *aclhost.Host) State {
 			// their own.
 			out = generated.ReplaceAllString(counters.ReplaceAllString(out, ""), "")
 		case "nft":
-			out = nftWithoutMeta(t, out)
+			out = NftRuleset(t, out)
 		}
 		s[strings.Join(cmd, " ")] = out
 	}
 	return s
 }
 
-// nftWithoutMeta drops nft's metainfo (its version), keeping the ruleset.
-func nftWithoutMeta(t testing.TB, out string) string {
+// NftKey is the nft ruleset's key in a State.
+const NftKey = "nft -j list ruleset"
+
+// NftRuleset is `nft -j list ruleset` output as a State holds it: without
+// nft's metainfo (its version).
+func NftRuleset(t testing.TB, out string) string {
 	var doc struct {
 		Nftables []map[string]json.RawMessage `json:"nftables"`
 	}
