@@ -196,10 +196,11 @@ func loggedFrom(logs, ip string) bool {
 	return strings.Contains("\n"+logs, "\n"+ip+":") || strings.Contains(logs, "[::ffff:"+ip+"]:")
 }
 
-// checkNodeDeletion: gone's node stops (its agent and its machine, so
-// nothing registers the Node again), its Node is deleted, and the others
+// checkNodeDeletion: gone's node is drained of its web pod and stops (its
+// agent and its machine, so nothing registers the Node again), its Node is deleted, and the others
 // drop their route to it within seconds and keep theirs to each other.
 func (f *fleet) checkNodeDeletion(t *testing.T, gone *member) {
+	f.deleteWebPods(t, gone)
 	gone.h.RunOK(t, "systemctl", "stop", "aks-flex-node-agent.service")
 	gone.h.RunOK(t, "machinectl", "terminate", "kube1")
 	if err := f.cp.Client.CoreV1().Nodes().Delete(f.ctx, gone.name, metav1.DeleteOptions{}); err != nil {
@@ -229,29 +230,23 @@ func (f *fleet) checkNodeDeletion(t *testing.T, gone *member) {
 	f.waitRoutes(t, rest)
 }
 
-// deleteWebPods deletes the web pods and waits until they are gone, as an
-// operator drains a node before its reset: a container still running when
-// reset stops the machine (busybox httpd is PID 1 in its pod and ignores
-// SIGTERM) holds the machine's shutdown until systemd's stop timeout
-// (90 s). The deleted node's pod is left to the pod garbage collector.
-func (f *fleet) deleteWebPods(t *testing.T) {
+// deleteWebPods deletes the web pods of members and waits until they are
+// gone, as an operator drains a node before it stops or resets: a
+// container still running when the machine stops (busybox httpd is PID 1
+// in its pod and ignores SIGTERM) holds the machine's shutdown until
+// systemd's stop timeout (90 s), longer than reset waits for it.
+func (f *fleet) deleteWebPods(t *testing.T, members ...*member) {
 	pods := f.cp.Client.CoreV1().Pods("default")
-	var live []string
-	for _, m := range f.members {
-		if _, err := f.cp.Client.CoreV1().Nodes().Get(f.ctx, m.name, metav1.GetOptions{}); err == nil {
-			live = append(live, "web-"+m.name)
-		}
-	}
 	grace := int64(1) // the kubelet kills the container, then the object goes
-	for _, name := range live {
-		if err := pods.Delete(f.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+	for _, m := range members {
+		if err := pods.Delete(f.ctx, "web-"+m.name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	poll(t, f.ctx, time.Minute, "web pods gone", func() string {
-		for _, name := range live {
-			if _, err := pods.Get(f.ctx, name, metav1.GetOptions{}); err == nil {
-				return name + " still there"
+		for _, m := range members {
+			if _, err := pods.Get(f.ctx, "web-"+m.name, metav1.GetOptions{}); err == nil {
+				return "web-" + m.name + " still there"
 			}
 		}
 		return ""
@@ -267,7 +262,13 @@ func (f *fleet) checkResets(t *testing.T) {
 			acl = m.netBefore
 		}
 	}
-	f.deleteWebPods(t)
+	var live []*member
+	for _, m := range f.members {
+		if _, err := f.cp.Client.CoreV1().Nodes().Get(f.ctx, m.name, metav1.GetOptions{}); err == nil {
+			live = append(live, m)
+		}
+	}
+	f.deleteWebPods(t, live...)
 	for i, m := range f.members {
 		begin := time.Now()
 		m.h.RunOK(t, m.agent, "reset")
