@@ -164,9 +164,10 @@ func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
 // NodeReaderRole lets the nodes read the Nodes: a bridge-mode node's agent
 // routes to every other Node's pod CIDR via its InternalIP, from a watch on
 // the Nodes with the node's own credential. The Node authorizer lets a
-// node with a certificate read only its own Node (Kubernetes 1.34 on,
-// AuthorizeNodeWithSelectors), and leaves the rest to RBAC; this role is
-// that rest. It reads Nodes only, what every node could read before 1.34.
+// node with a certificate read only its own Node (AuthorizeNodeWithSelectors,
+// as the e2e's 1.35 API server does), and leaves the rest to RBAC; this
+// role is that rest. It reads Nodes only, what every node could read
+// before that change.
 // An Entra identity needs no more: the system:node role already lets it
 // list and watch Nodes.
 const NodeReaderRole = "aks-flex-node:node-reader"
