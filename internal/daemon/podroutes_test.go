@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -188,5 +191,38 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 	}
 	if routes, _ := host.snapshot(); len(routes) != 1 {
 		t.Fatalf("routes %q with networking.podCIDR", routes)
+	}
+}
+
+// A pass that begins a moment before start writes the joined marker (the
+// agent starts just before it) waits for it and routes in the same pass.
+func TestPodRouteKeeperWaitsForTheJoin(t *testing.T) {
+	l, err := layout.New(t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.SaveApplied(l.OnRoot(l.StateDir()), state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
+		t.Fatal(err)
+	}
+	host := &podNetHost{routes: map[string]bool{}}
+	cs := fake.NewClientset(flexNode("self", "192.168.50.10", "10.244.0.0/24"), flexNode("a", "192.168.50.11", "10.244.1.0/24"))
+	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 5 * time.Second,
+		Client: func() (kubernetes.Interface, error) { return cs, nil },
+		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Keep(ctx) }()
+	time.Sleep(300 * time.Millisecond) // start finishing its last tasks
+	m := l.OnRoot(l.JoinedMarker())
+	if err := os.MkdirAll(filepath.Dir(m), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitRoutes(t, host, "10.244.1.0/24 via 192.168.50.11 metric 217")
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
 }
