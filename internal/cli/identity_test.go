@@ -55,8 +55,8 @@ func TestClusterPrepareBootstrapToken(t *testing.T) {
 		}
 	}
 	docs := yamlDocs(t, string(data))
-	if len(docs) != 4 {
-		t.Fatalf("%d objects, want the Secret and 3 bindings:\n%s", len(docs), data)
+	if len(docs) != 6 {
+		t.Fatalf("%d objects, want the Secret, 4 bindings and the node-reader role:\n%s", len(docs), data)
 	}
 	sd := docs[0]["stringData"].(map[string]any)
 	if docs[0]["type"] != "bootstrap.kubernetes.io/token" || sd["token-id"] != id || sd["token-secret"] != secret || sd["auth-extra-groups"] != "system:bootstrappers:aks-flex-node" {
@@ -64,13 +64,17 @@ func TestClusterPrepareBootstrapToken(t *testing.T) {
 	}
 	roles := map[string]string{}
 	for _, d := range docs[1:] {
+		if d["kind"] == "ClusterRole" {
+			continue
+		}
 		ref := d["roleRef"].(map[string]any)
 		subj := d["subjects"].([]any)[0].(map[string]any)
 		roles[ref["name"].(string)] = subj["name"].(string)
 	}
 	if roles["system:node-bootstrapper"] != "system:bootstrappers:aks-flex-node" ||
 		roles["system:certificates.k8s.io:certificatesigningrequests:nodeclient"] != "system:bootstrappers:aks-flex-node" ||
-		roles["system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"] != "system:nodes" {
+		roles["system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"] != "system:nodes" ||
+		roles["aks-flex-node:node-reader"] != "system:nodes" {
 		t.Errorf("bindings %v", roles)
 	}
 	// A re-run reads the same token.

@@ -1,7 +1,8 @@
 // Package clusterprep owns what a cluster must grant before a node joins
 // it: the objects `aks-flex-node cluster prepare` prints for an admin to
 // apply with kubectl (a bootstrap token Secret and the bindings that let
-// its kubelet bootstrap and have its client certificate approved; the
+// its kubelet bootstrap and have its client certificate approved, and
+// its agent read the Nodes for the routes between pod networks; the
 // binding an Entra identity needs to run a kubelet), and the permissions
 // preflight's cluster-access check asks the API server about, which are
 // the same facts seen from the node.
@@ -155,6 +156,33 @@ func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
 		binding("aks-flex-node:kubelet-bootstrap", nodeBootstrapperRole, group(BootstrapGroup)),
 		binding("aks-flex-node:node-autoapprove-bootstrap", nodeClientRole, group(BootstrapGroup)),
 		binding("aks-flex-node:node-autoapprove-certificate-rotation", selfNodeClientRole, group("system:nodes")),
+		nodeReaderRole(),
+		binding(NodeReaderRole, NodeReaderRole, group("system:nodes")),
+	}
+}
+
+// NodeReaderRole lets the nodes read the Nodes: a bridge-mode node's agent
+// routes to every other Node's pod CIDR via its InternalIP, from a watch on
+// the Nodes with the node's own credential. The Node authorizer lets a
+// node with a certificate read only its own Node (AuthorizeNodeWithSelectors,
+// as the e2e's 1.35 API server does), and leaves the rest to RBAC; this
+// role is that rest. It reads Nodes only, what every node could read
+// before that change.
+// An Entra identity needs no more: the system:node role already lets it
+// list and watch Nodes.
+const NodeReaderRole = "aks-flex-node:node-reader"
+
+// NodeReaderPermissions are what the agent's keep-pod-routes loop does.
+var NodeReaderPermissions = []Permission{
+	{Verb: "list", Resource: "nodes"},
+	{Verb: "watch", Resource: "nodes"},
+}
+
+func nodeReaderRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: NodeReaderRole, Labels: map[string]string{"app.kubernetes.io/managed-by": "aks-flex-node"}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}},
 	}
 }
 

@@ -1,8 +1,12 @@
 package clusterprep
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 func TestPermissionString(t *testing.T) {
@@ -36,5 +40,33 @@ func TestBootstrapTokens(t *testing.T) {
 		} else if strings.Contains(err.Error(), "0123456789") {
 			t.Errorf("error echoes the secret: %v", err)
 		}
+	}
+}
+
+// The bootstrap-token objects let every node with a certificate read the
+// Nodes (the agent's routes to the other nodes' pods), and nothing more.
+func TestBootstrapTokenObjectsLetNodesReadNodes(t *testing.T) {
+	var role, bound bool
+	for _, o := range BootstrapTokenObjects(BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}, time.Now()) {
+		switch o := o.(type) {
+		case *rbacv1.ClusterRole:
+			if o.Name != NodeReaderRole || len(o.Rules) != 1 || strings.Join(o.Rules[0].Resources, ",") != "nodes" ||
+				strings.Join(o.Rules[0].Verbs, ",") != "get,list,watch" {
+				t.Errorf("role %+v", o)
+			}
+			for _, p := range NodeReaderPermissions {
+				if !slices.Contains(o.Rules[0].Verbs, p.Verb) || p.Resource != "nodes" {
+					t.Errorf("the role does not grant %s", p)
+				}
+			}
+			role = true
+		case *rbacv1.ClusterRoleBinding:
+			if o.RoleRef.Name == NodeReaderRole {
+				bound = len(o.Subjects) == 1 && o.Subjects[0].Kind == "Group" && o.Subjects[0].Name == "system:nodes"
+			}
+		}
+	}
+	if !role || !bound {
+		t.Fatalf("role %v, bound to system:nodes %v", role, bound)
 	}
 }

@@ -58,6 +58,7 @@ func TestNetworkValidation(t *testing.T) {
 		{"dev slash", routes(route("destination", "10.30.0.0/16", "dev", "eth/1")), r0 + ".dev", "not an interface name"},
 		{"metric negative", routes(route("destination", "10.30.0.0/16", "dev", "eth1", "metric", -1)), r0 + ".metric", "between 0 and 4294967295"},
 		{"metric too large", routes(route("destination", "10.30.0.0/16", "dev", "eth1", "metric", int64(1)<<32)), r0 + ".metric", "between 0 and"},
+		{"metric of the pod routes", routes(route("destination", "10.30.0.0/16", "dev", "eth1", "metric", 217)), r0 + ".metric", "kept for the routes to other nodes' pod CIDRs"},
 		{"duplicate", routes(good, good), "hostRouting.staticRoutes.routes[1]", "repeats routes[0]"},
 		{"enabled without routes", map[string]any{"hostRouting.staticRoutes.enabled": true}, "hostRouting.staticRoutes.routes", "is empty"},
 		{"expected CIDR", map[string]any{"hostRouting.routeOverlap.expectedCidrs": []any{"10.224.0.0/16", "10.225.0.0"}}, "hostRouting.routeOverlap.expectedCidrs[1]", "not a CIDR"},

@@ -14,6 +14,11 @@ import (
 // MaxMetric is the largest route metric the kernel takes (a u32).
 const MaxMetric = 1<<32 - 1
 
+// PodRouteMetric is the metric of the routes a bridge-mode node programs
+// to other nodes' pod CIDRs (internal/network keeps them apart from
+// hostRouting's by it), so a static route may not use it.
+const PodRouteMetric = 217
+
 func (v *validator) networking(n *Networking) {
 	if net.ParseIP(n.DNSServiceIP) == nil {
 		v.add("networking.dnsServiceIP", "%q is not an IP address", n.DNSServiceIP)
@@ -143,6 +148,9 @@ func (v *validator) staticRoute(path string, r StaticRoute, n *Networking) {
 	}
 	if r.Metric < 0 || r.Metric > MaxMetric {
 		v.add(path+".metric", "%d must be between 0 and %d", r.Metric, int64(MaxMetric))
+	}
+	if r.Metric == PodRouteMetric {
+		v.add(path+".metric", "%d is kept for the routes to other nodes' pod CIDRs; choose another", r.Metric)
 	}
 }
 

@@ -46,18 +46,21 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		}
 		a.WaitFor = "API server " + srv
 		a.Ready = client.Reachable
-		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper,
-			Client: func() (kubernetes.Interface, error) {
-				cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(ActiveMachine(l))))
-				if err != nil {
-					return nil, err
-				}
-				cfg.Timeout = 30 * time.Second
-				cfg.UserAgent = events.Component
-				return kubernetes.NewForConfig(cfg)
-			},
+		nodeClient := func() (kubernetes.Interface, error) {
+			cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(ActiveMachine(l))))
+			if err != nil {
+				return nil, err
+			}
+			cfg.Timeout = 30 * time.Second
+			cfg.UserAgent = events.Component
+			return kubernetes.NewForConfig(cfg)
+		}
+		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
 			Reset: func(ctx context.Context) error { return startDeletionReset(ctx, l) },
 		}))
+		// The node's bridge network reaches the other nodes' pods.
+		a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClient,
+			PodCIDR: c.Networking.PodCIDR, Window: interval}))
 		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
 		if err != nil {
 			return nil, err

@@ -6,7 +6,9 @@
 // brings the node's machine back after a reboot, repairs drift inside it
 // against the checksums start recorded and stops the inactive side;
 // keep-node-object (nodeobject.go), which registers a deleted Node again
-// and resets a host whose Node carries the deletion taint; and
+// and resets a host whose Node carries the deletion taint; keep-pod-routes
+// (podroutes.go), which routes to the other Nodes' pod CIDRs from a watch
+// on the Nodes; and
 // report-upgrade-outcome, which records a rollback of an agent upgrade as
 // an Event on the Node. Repave is a further Loop to come; every loop
 // reports through the same metrics registry and event recorder. Loops that change the node hold the node

@@ -30,8 +30,9 @@ func ownedChain(name string) bool {
 }
 
 // ownedTable says a whole nft table is the node's: the CNI plugins'
-// nftables backends name theirs cni_*.
-func ownedTable(name string) bool { return strings.HasPrefix(name, "cni_") }
+// nftables backends name theirs cni_*, and the agent's masquerade is
+// MasqTable.
+func ownedTable(name string) bool { return strings.HasPrefix(name, "cni_") || name == MasqTable }
 
 // Cleaner removes the node's bridge network from the host.
 type Cleaner struct {

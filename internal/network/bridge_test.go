@@ -114,24 +114,27 @@ func (f *fakeNet) apply(a []string) error {
 
 // joinedHost is a host after a join: its own filter table with a rule
 // of its own; the node's nat table with the bridge plugin's and
-// portmap's chains; the kubelet's canary in mangle; a cni_ table.
+// portmap's chains; the kubelet's canary in mangle; a cni_ table; the
+// agent's masquerade table, with its rule.
 func joinedHost() *fakeNet {
 	return &fakeNet{
 		links: []map[string]string{{"ifname": "lo"}, {"ifname": "eth0"}, {"ifname": "cni0"},
 			{"ifname": "veth1234", "master": "cni0"}, {"ifname": "vethother", "master": "br-site"}, {"ifname": "br-site"}},
-		tables: []string{"inet site", "ip nat", "ip mangle", "ip cni_plugins_masquerade"},
+		tables: []string{"inet site", "ip nat", "ip mangle", "ip cni_plugins_masquerade", "ip " + MasqTable},
 		chains: []fakeChain{
 			{"inet", "site", "input", "input"},
 			{"ip", "nat", "POSTROUTING", "postrouting"}, {"ip", "nat", "PREROUTING", "prerouting"},
 			{"ip", "nat", "CNI-abc", ""}, {"ip", "nat", "CNI-HOSTPORT-DNAT", ""}, {"ip", "nat", "CNI-DN-1", ""},
 			{"ip", "mangle", "KUBE-KUBELET-CANARY", ""},
 			{"ip", "cni_plugins_masquerade", "postrouting", "postrouting"},
+			{"ip", MasqTable, "postrouting", "postrouting"},
 		},
 		rules: []fakeRule{
 			{"inet", "site", "input", 3, ""},
 			{"ip", "nat", "POSTROUTING", 10, "CNI-abc"}, {"ip", "nat", "PREROUTING", 11, "CNI-HOSTPORT-DNAT"},
 			{"ip", "nat", "POSTROUTING", 12, ""},
 			{"ip", "nat", "CNI-HOSTPORT-DNAT", 13, "CNI-DN-1"}, {"ip", "nat", "CNI-abc", 14, ""},
+			{"ip", MasqTable, "postrouting", 20, ""},
 		},
 	}
 }

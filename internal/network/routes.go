@@ -164,11 +164,18 @@ func (rs Routes) Owned(ctx context.Context) ([]Route, error) {
 	return parseRoutes(out)
 }
 
-// Apply makes the owned routes exactly want: it removes owned routes want
-// no longer names, then adds what is missing. A route to the same
-// destination and metric that aks-flex-node does not own is never
-// replaced: the add fails and says so.
+// Apply makes the owned static routes (hostRouting's) exactly want: it
+// removes owned routes want no longer names, then adds what is missing.
+// The routes to other nodes' pod CIDRs (metric PodRouteMetric) are
+// ApplyPodRoutes's and left alone. A route to the same destination and
+// metric that aks-flex-node does not own is never replaced: the add fails
+// and says so.
 func (rs Routes) Apply(ctx context.Context, want []Route) (changed bool, err error) {
+	return rs.apply(ctx, want, func(r Route) bool { return !isPodRoute(r) })
+}
+
+// apply makes the owned routes within scope exactly want.
+func (rs Routes) apply(ctx context.Context, want []Route, scope func(Route) bool) (changed bool, err error) {
 	have, err := rs.Owned(ctx)
 	if err != nil {
 		return false, err
@@ -180,7 +187,7 @@ func (rs Routes) Apply(ctx context.Context, want []Route) (changed bool, err err
 		}
 	}
 	for _, h := range have {
-		if anyWants(want, h) {
+		if !scope(h) || anyWants(want, h) {
 			continue
 		}
 		if _, err := rs.ip(ctx, append([]string{"-4", "route", "del"}, append(h.args(), "proto", proto)...)...); err != nil {
@@ -197,8 +204,11 @@ func (rs Routes) Apply(ctx context.Context, want []Route) (changed bool, err err
 	return changed, nil
 }
 
-// RemoveAll removes every owned route.
-func (rs Routes) RemoveAll(ctx context.Context) (bool, error) { return rs.Apply(ctx, nil) }
+// RemoveAll removes every owned route: the static ones and those to other
+// nodes' pod CIDRs.
+func (rs Routes) RemoveAll(ctx context.Context) (bool, error) {
+	return rs.apply(ctx, nil, func(Route) bool { return true })
+}
 
 func anySatisfies(w Route, have []Route) bool {
 	for _, h := range have {

@@ -9,8 +9,11 @@ import (
 )
 
 // The fallback pod network: a Linux bridge per node with host-local
-// addresses from Options.PodCIDR, masqueraded to the outside, and portmap
-// for hostPort. Loopback needs no entry: containerd's CRI sets up lo in
+// addresses from Options.PodCIDR, and portmap for hostPort. The plugin's
+// ipMasq is off: it would masquerade pod-to-pod traffic to other nodes
+// too; the agent masquerades only what leaves the pod networks
+// (internal/network's MasqTable) and routes to the other nodes' pod
+// CIDRs. Loopback needs no entry: containerd's CRI sets up lo in
 // every pod itself. cniVersion 1.0.0 is understood by Debian's
 // containernetworking-plugins 1.1.1 and every later release.
 type cniConfList struct {
@@ -70,7 +73,7 @@ func renderCNIConfig(in *inputs) ([]byte, error) {
 				Type:        "bridge",
 				Bridge:      cniBridgeName,
 				IsGateway:   true,
-				IPMasq:      true,
+				IPMasq:      false,
 				HairpinMode: true,
 				IPAM: cniHostLocal{
 					Type:   "host-local",

@@ -24,15 +24,12 @@ import (
 
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
+	"github.com/Azure/aks-flex-node/test/e2e/ignitiontest"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/e2e/netlab"
 	"github.com/Azure/aks-flex-node/test/fakeimds"
 	"github.com/Azure/aks-flex-node/test/fixtures"
 )
-
-// ignitionBinary is where Debian's ignition package ships the real binary
-// (it is meant for the initramfs; it runs just as well on a directory).
-const ignitionBinary = "/usr/lib/dracut/modules.d/30ignition/ignition"
 
 const (
 	prefix    = "/opt/aks-flex-node"
@@ -83,7 +80,7 @@ type firstBoot struct {
 }
 
 func TestIgnitionFirstBootJoin(t *testing.T) {
-	requireRealIgnition(t)
+	ignitiontest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	f := &firstBoot{ctx: ctx}
@@ -99,20 +96,6 @@ func TestIgnitionFirstBootJoin(t *testing.T) {
 	f.checkSecondBootSkips(t)
 	f.checkResetJoinsAgainOnNextBoot(t)
 	f.checkUninstallRemovesFirstBootUnit(t)
-}
-
-// requireRealIgnition fails unless Debian's Ignition and what it runs are
-// installed.
-func requireRealIgnition(t *testing.T) {
-	aclhost.RequireE2E(t)
-	if _, err := os.Stat(ignitionBinary); err != nil {
-		t.Fatalf("the real Ignition is needed: %v (apt-get install ignition; scripts/ci-deps.sh does)", err)
-	}
-	// Debian's Ignition is built with SELinux relabeling on: after the
-	// files stage it runs setfiles(8) on what it wrote.
-	if _, err := exec.LookPath("setfiles"); err != nil {
-		t.Fatalf("setfiles is needed by Debian's Ignition: %v (apt-get install policycoreutils; scripts/ci-deps.sh does)", err)
-	}
 }
 
 // startCluster gets the fixtures and starts a control plane on a private
@@ -221,22 +204,7 @@ func (f *firstBoot) renderIgnition(t *testing.T) {
 // provision does to a fresh root what the platform and the initramfs do
 // before its first boot, then checks what Ignition wrote.
 func (f *firstBoot) provision(t *testing.T, root string) error {
-	// What an image that has never booted looks like: no machine-id, so
-	// systemd treats the next boot as the first and applies the presets
-	// Ignition writes (that is how units get enabled).
-	if err := os.Remove(filepath.Join(root, "etc/machine-id")); err != nil {
-		return err
-	}
-	// Debian's Ignition relabels what it wrote (SELinux support is compiled
-	// in) and reads the policy name from the image. This host has no
-	// SELinux policy: an empty file_contexts labels nothing.
-	if err := os.MkdirAll(filepath.Join(root, "etc/selinux/targeted/contexts/files"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc/selinux/config"), []byte("SELINUX=disabled\nSELINUXTYPE=targeted\n"), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc/selinux/targeted/contexts/files/file_contexts"), nil, 0o644); err != nil {
+	if err := ignitiontest.FreshRoot(root); err != nil {
 		return err
 	}
 	// The platform, as the test provides it: IMDS at the fake. On Azure it
@@ -249,7 +217,7 @@ func (f *firstBoot) provision(t *testing.T, root string) error {
 		return err
 	}
 	start := time.Now()
-	if err := runIgnition(t, f.dist, f.ign, root); err != nil {
+	if err := ignitiontest.Run(t, f.dist, f.ign, root); err != nil {
 		return err
 	}
 	f.ignitionTime = time.Since(start)
@@ -415,32 +383,6 @@ func (f *firstBoot) checkUninstallRemovesFirstBootUnit(t *testing.T) {
 	if out, _, err := h.Run(f.ctx, "systemctl", "show", unitName, "-p", "LoadState", "-p", "ExecMainStartTimestampMonotonic"); err != nil || !strings.Contains(out, "LoadState=not-found") || !strings.Contains(out, "ExecMainStartTimestampMonotonic=0") {
 		t.Errorf("after uninstall and a reboot, %s: %v\n%s", unitName, err, out)
 	}
-}
-
-// runIgnition runs the real Ignition against root, as the initramfs does on
-// first boot: fetch (the file platform reads IGNITION_CONFIG_FILE), then files.
-func runIgnition(t *testing.T, dir, config, root string) error {
-	for _, stage := range []string{"fetch", "files"} {
-		cmd := exec.Command(ignitionBinary, "-platform", "file", "-stage", stage, "-root", root,
-			"-config-cache", filepath.Join(dir, "ignition.json"), "-state-file", filepath.Join(dir, "ignition.state"),
-			"-log-to-stdout")
-		cmd.Env = append(os.Environ(), "IGNITION_CONFIG_FILE="+config)
-		out, err := cmd.CombinedOutput()
-		// Ignition prints the whole config on failure (with the bootstrap
-		// token in it); log only its own lines.
-		var lines []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, "Full config:") {
-				break
-			}
-			lines = append(lines, l)
-		}
-		t.Logf("ignition -stage %s:\n%s", stage, strings.Join(lines, "\n"))
-		if err != nil {
-			return fmt.Errorf("ignition -stage %s: %w", stage, err)
-		}
-	}
-	return nil
 }
 
 // checkProvisioned: what Ignition wrote, with the modes the config asks for.

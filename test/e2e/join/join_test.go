@@ -26,6 +26,7 @@ import (
 	"github.com/Azure/aks-flex-node/test/e2e/entratest"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 	"github.com/Azure/aks-flex-node/test/e2e/netlab"
+	"github.com/Azure/aks-flex-node/test/e2e/netsnap"
 	"github.com/Azure/aks-flex-node/test/fixtures"
 )
 
@@ -216,7 +217,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	netBefore := snapshotNet(t, h)
+	netBefore := netsnap.Take(t, h)
 
 	e.grant(t, sc.auth)
 	step("Install the agent with install.sh")

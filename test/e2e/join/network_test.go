@@ -2,9 +2,7 @@ package join
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/network"
 	"github.com/Azure/aks-flex-node/test/aclhost"
+	"github.com/Azure/aks-flex-node/test/e2e/netsnap"
 )
 
 // The ACL scenario's host carries one hostRouting static route: a
@@ -86,13 +85,13 @@ func (e *env) checkStaticRouteBack(t *testing.T, h *aclhost.Host, sc scenario) {
 
 // checkResetAndUninstallLeaveNothing: reset (twice: it is safe to repeat),
 // then uninstall.sh, leave the trees as they were before install.
-func checkResetAndUninstallLeaveNothing(t *testing.T, h *aclhost.Host, sc scenario, before aclhost.Tree, netBefore netState) {
+func checkResetAndUninstallLeaveNothing(t *testing.T, h *aclhost.Host, sc scenario, before aclhost.Tree, netBefore netsnap.State) {
 	begin := time.Now()
 	h.RunOK(t, sc.agent, "reset")
 	t.Logf("BENCH scenario=%s reset=%v", sc.name, time.Since(begin).Round(time.Millisecond))
 	// Reset removed the route, the bridge and the netfilter state the
 	// node made, and nothing else: the host's network is as before join.
-	if d := diffNet(netBefore, snapshotNet(t, h)); len(d) > 0 {
+	if d := netsnap.Diff(netBefore, netsnap.Take(t, h)); len(d) > 0 {
 		t.Errorf("reset left the host's network changed:\n%s", strings.Join(d, "\n"))
 	}
 	h.RunOK(t, sc.agent, "reset")
@@ -104,71 +103,4 @@ func checkResetAndUninstallLeaveNothing(t *testing.T, h *aclhost.Host, sc scenar
 	if d := aclhost.Diff(before, after); len(d) > 0 {
 		t.Errorf("reset + uninstall left changes:\n%s", strings.Join(d, "\n"))
 	}
-}
-
-// netState is the host namespace's network as the reset check compares
-// it: addresses, every route table, iptables and nft. The machine shares
-// the host's namespace (VirtualEthernet=no), so there is no other to look
-// at.
-type netState map[string]string
-
-var (
-	counters  = regexp.MustCompile(`\[\d+:\d+\]`)
-	generated = regexp.MustCompile(`(?m)^# .*\n`)
-)
-
-func snapshotNet(t *testing.T, h *aclhost.Host) netState {
-	t.Helper()
-	begin := time.Now()
-	defer func() { t.Logf("BENCH network-snapshot=%v", time.Since(begin).Round(time.Millisecond)) }()
-	s := netState{}
-	for _, cmd := range [][]string{
-		{"ip", "-j", "addr"},
-		{"ip", "-j", "route", "show", "table", "all"},
-		{"iptables-save"},
-		{"ip6tables-save"},
-		{"nft", "-j", "list", "ruleset"},
-	} {
-		out := h.RunOK(t, cmd...)
-		switch cmd[0] {
-		case "iptables-save", "ip6tables-save":
-			// Packet counters and the "generated at" comments change on
-			// their own.
-			out = generated.ReplaceAllString(counters.ReplaceAllString(out, ""), "")
-		case "nft":
-			out = nftWithoutMeta(t, out)
-		}
-		s[strings.Join(cmd, " ")] = out
-	}
-	return s
-}
-
-// nftWithoutMeta drops nft's metainfo (its version), keeping the ruleset.
-func nftWithoutMeta(t *testing.T, out string) string {
-	var doc struct {
-		Nftables []map[string]json.RawMessage `json:"nftables"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("nft -j list ruleset: %v\n%s", err, out)
-	}
-	var keep []string
-	for _, o := range doc.Nftables {
-		if _, meta := o["metainfo"]; meta {
-			continue
-		}
-		b, _ := json.Marshal(o)
-		keep = append(keep, string(b))
-	}
-	return strings.Join(keep, "\n")
-}
-
-// diffNet names what differs between two snapshots.
-func diffNet(before, after netState) []string {
-	var out []string
-	for k, b := range before {
-		if a := after[k]; a != b {
-			out = append(out, fmt.Sprintf("%s before join:\n%s\nafter reset:\n%s", k, b, a))
-		}
-	}
-	return out
 }
