@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -70,5 +71,35 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, fmt.Errorf("node %s has no pod CIDR after %v (%s): the controller manager allocates one only with --allocate-node-cidrs and --cluster-cidr; otherwise set networking.podCIDR to this node's range", name, t.timeout, last)
 	}
 	changed, err := node.WriteCNIConfig(t.machine.Root(), t.config, cidr)
-	return task.Result{Changed: changed}, err
+	if err != nil || !changed {
+		return task.Result{Changed: changed}, err
+	}
+	return t.reportNow(ctx, cs, name)
+}
+
+// kubeletReportWindow is how long a new pod network may take to show as
+// Ready before the kubelet is restarted to report it.
+const kubeletReportWindow = 2 * time.Second
+
+// reportNow makes the kubelet report the pod network just written. A
+// kubelet that registers a new Node keeps patching its status every 100
+// ms until the Node is Ready, so it reports within a second. One that
+// re-joins a Node still marked Ready from before a reset stops that fast
+// loop at once, posts NotReady (no CNI config yet) at registration, and
+// says Ready only at its next status sync, 10 s later. A kubelet restart
+// then costs about a second and runs the fast loop again, on a Node that
+// now says NotReady.
+func (t *writePodNetwork) reportNow(ctx context.Context, cs kubernetes.Interface, name string) (task.Result, error) {
+	wctx, cancel := context.WithTimeout(ctx, kubeletReportWindow)
+	defer cancel()
+	if pollNodeReadyWith(wctx, cs, name, nil) == nil {
+		return task.Result{Changed: true}, nil
+	}
+	if ctx.Err() != nil {
+		return task.Result{Changed: true}, ctx.Err()
+	}
+	if out, err := t.machine.exec(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
+		return task.Result{Changed: true}, fmt.Errorf("restart the kubelet in %s to report its pod network: %v: %s", t.machine.Name, err, bytes.TrimSpace(out))
+	}
+	return task.Result{Changed: true, Detail: "kubelet restarted to report the new pod network now, not at its next 10 s status sync"}, nil
 }
