@@ -56,13 +56,8 @@ func pollNodeReady(ctx context.Context, cfg *rest.Config, nodeName string, progr
 	if err != nil {
 		return err
 	}
-	return pollNodeReadyWith(ctx, cs, nodeName, progress)
-}
-
-// pollNodeReadyWith is pollNodeReady with a client already made.
-func pollNodeReadyWith(ctx context.Context, cs kubernetes.Interface, nodeName string, progress func(string)) error {
 	last := ""
-	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		status := ""
 		switch {
