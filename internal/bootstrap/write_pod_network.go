@@ -90,6 +90,11 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 // at its next status sync, 10 s later. A restart costs about a second and
 // runs the fast loop again, on a Node that now says NotReady.
 func (t *writePodNetwork) reportNow(ctx context.Context, name string) (task.Result, error) {
+	// A machine not running yet (a repave writes the new side's config
+	// before it boots) starts its kubelet with the config in place.
+	if st, err := t.machine.Control.State(ctx, t.machine.Name); err != nil || st != "active" {
+		return task.Result{Changed: true}, err
+	}
 	if out, err := t.machine.exec(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
 		return task.Result{Changed: true}, fmt.Errorf("restart the kubelet in %s to report its pod network: %v: %s", t.machine.Name, err, bytes.TrimSpace(out))
 	}
