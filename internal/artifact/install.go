@@ -2,7 +2,6 @@ package artifact
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
+
+	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -31,8 +34,8 @@ type installer struct {
 	dir         string
 	machineRoot string
 	log         *slog.Logger
-	files       int
-	changed     int
+	files       atomic.Int64 // files are installed concurrently
+	changed     atomic.Int64
 }
 
 // Install verifies the bundle in dir (integrity only: compare versions
@@ -70,41 +73,68 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 	if err := removeStaleTemps(machineRoot); err != nil {
 		return task.Result{}, err
 	}
-	in := &installer{ctx: ctx, dir: dir, machineRoot: machineRoot, log: log}
-	for _, f := range m.Files {
-		var err error
-		switch f.Component {
-		case Kubelet, Kubectl:
-			err = in.file(f, nodedirs.Bin, path.Base(f.Path), binMode)
-		case Runc:
-			err = in.file(f, nodedirs.Sbin, "runc", binMode)
-		case Containerd:
-			err = in.tarball(f, nodedirs.Bin, func(name string) (string, bool) {
-				rest, ok := strings.CutPrefix(name, "bin/")
-				return rest, ok && rest != "" && !strings.Contains(rest, "/")
-			})
-		case CNI, Crictl:
-			dst := nodedirs.CNIBin
-			if f.Component == Crictl {
-				dst = nodedirs.Bin
-			}
-			err = in.tarball(f, dst, func(name string) (string, bool) {
-				return name, !strings.Contains(name, "/")
-			})
-		case ImageFile:
-			err = in.file(f, nodedirs.ImageArchives, path.Base(f.Path), imageMode)
-		case KubeProxy:
-			// Verified with the bundle (upstream's layout carries it),
-			// not installed: this product runs no kube-proxy yet.
-		}
+	in := &installer{dir: dir, machineRoot: machineRoot, log: log}
+	// Made once, before the files are installed side by side, so no two
+	// of them race to create the same directory.
+	for _, d := range installDirs {
+		r, err := in.target(d)
 		if err != nil {
-			return task.Result{Changed: in.changed > 0}, fmt.Errorf("install %s: %w", f.Path, err)
+			return task.Result{}, err
 		}
+		r.Close()
 	}
-	return task.Result{
-		Changed: in.changed > 0,
-		Detail:  fmt.Sprintf("%d files from %s in %s, %d changed", in.files, dir, machineRoot, in.changed),
-	}, nil
+	// Installing is CPU-bound (gunzip and SHA-256 of every byte), so the
+	// files go side by side, one per processor: on 2 cores this halves the
+	// warm join's install-node-components. The first error cancels the rest;
+	// each file is renamed into place only whole, so a cancelled one leaves
+	// its old content (and a temp file the next install removes).
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.NumCPU())
+	in.ctx = gctx
+	for _, f := range m.Files {
+		g.Go(func() error {
+			if err := in.install(f); err != nil {
+				return fmt.Errorf("install %s: %w", f.Path, err)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	res := task.Result{Changed: in.changed.Load() > 0}
+	if err != nil {
+		return res, err
+	}
+	res.Detail = fmt.Sprintf("%d files from %s in %s, %d changed", in.files.Load(), dir, machineRoot, in.changed.Load())
+	return res, nil
+}
+
+// install puts one bundle file where the node package says it goes.
+func (in *installer) install(f File) error {
+	switch f.Component {
+	case Kubelet, Kubectl:
+		return in.file(f, nodedirs.Bin, path.Base(f.Path), binMode)
+	case Runc:
+		return in.file(f, nodedirs.Sbin, "runc", binMode)
+	case Containerd:
+		return in.tarball(f, nodedirs.Bin, func(name string) (string, bool) {
+			rest, ok := strings.CutPrefix(name, "bin/")
+			return rest, ok && rest != "" && !strings.Contains(rest, "/")
+		})
+	case CNI, Crictl:
+		dst := nodedirs.CNIBin
+		if f.Component == Crictl {
+			dst = nodedirs.Bin
+		}
+		return in.tarball(f, dst, func(name string) (string, bool) {
+			return name, !strings.Contains(name, "/")
+		})
+	case ImageFile:
+		return in.file(f, nodedirs.ImageArchives, path.Base(f.Path), imageMode)
+	case KubeProxy:
+		// Verified with the bundle (upstream's layout carries it),
+		// not installed: this product runs no kube-proxy yet.
+	}
+	return nil
 }
 
 // installDirs are the machine directories Install writes into.
@@ -236,7 +266,7 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		return fmt.Errorf("no executables found in the tarball")
 	}
 	for _, s := range staged {
-		in.files++
+		in.files.Add(1)
 		if same, err := sameFileIn(in.ctx, d, s.name, binMode, s.sum); err != nil {
 			return err
 		} else if same {
@@ -245,7 +275,7 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 		if err := d.Rename(s.tmp, s.name); err != nil {
 			return err
 		}
-		in.changed++
+		in.changed.Add(1)
 		in.log.Debug("installed", "path", filepath.Join(d.Name(), s.name), "sha256", s.sum)
 	}
 	return nil
@@ -257,7 +287,7 @@ func (in *installer) tarball(f File, dir string, pick func(name string) (string,
 // The new content goes to a temp file beside name and is renamed over it
 // (a symlink at name is replaced, not followed).
 func (in *installer) place(d *os.Root, name string, open func() (io.ReadCloser, error), mode fs.FileMode, wantHex string) error {
-	in.files++
+	in.files.Add(1)
 	if wantHex != "" {
 		if same, err := sameFileIn(in.ctx, d, name, mode, wantHex); err != nil {
 			return err
@@ -279,7 +309,7 @@ func (in *installer) place(d *os.Root, name string, open func() (io.ReadCloser, 
 		return err
 	}
 	if changed {
-		in.changed++
+		in.changed.Add(1)
 		in.log.Debug("installed", "path", filepath.Join(d.Name(), name), "sha256", got)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -19,6 +20,9 @@ type writePodNetwork struct {
 	config   *config.Config
 	timeout  time.Duration
 	progress func(string)
+	// began is when this start began: a Node created before it is a
+	// re-join (see reportNow).
+	began time.Time
 }
 
 // WritePodNetwork returns the task that gives the node its pod network
@@ -29,7 +33,7 @@ type writePodNetwork struct {
 // the bridge config for it. Until then the node is not Ready (no CNI
 // config), and when none comes the error says where a range comes from.
 func WritePodNetwork(m Machine, c *config.Config, timeout time.Duration, progress func(string)) task.Task {
-	return &writePodNetwork{machine: m, config: c, timeout: timeout, progress: progress}
+	return &writePodNetwork{machine: m, config: c, timeout: timeout, progress: progress, began: time.Now()}
 }
 
 func (t *writePodNetwork) Name() string { return "write-pod-network" }
@@ -51,10 +55,12 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 	wctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	var cidr, last string
+	var created time.Time
 	err = wait.PollUntilContextCancel(wctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		state := "node not visible yet"
 		if err == nil {
+			created = n.CreationTimestamp.Time
 			if cidr = n.Spec.PodCIDR; cidr != "" {
 				return true, nil
 			}
@@ -70,5 +76,27 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, fmt.Errorf("node %s has no pod CIDR after %v (%s): the controller manager allocates one only with --allocate-node-cidrs and --cluster-cidr; otherwise set networking.podCIDR to this node's range", name, t.timeout, last)
 	}
 	changed, err := node.WriteCNIConfig(t.machine.Root(), t.config, cidr)
-	return task.Result{Changed: changed}, err
+	if err != nil || !changed || !created.Before(t.began) {
+		return task.Result{Changed: changed}, err
+	}
+	return t.reportNow(ctx, name)
+}
+
+// reportNow makes the kubelet of a re-joined Node report the pod network
+// just written. A kubelet that registers a new Node patches its status
+// every 100 ms until the Node is Ready, so it reports within a second. One
+// that finds its Node from before a reset still marked Ready stops that
+// fast loop at once, posts NotReady (no CNI config yet) and says Ready only
+// at its next status sync, 10 s later. A restart costs about a second and
+// runs the fast loop again, on a Node that now says NotReady.
+func (t *writePodNetwork) reportNow(ctx context.Context, name string) (task.Result, error) {
+	// A machine not running yet (a repave writes the new side's config
+	// before it boots) starts its kubelet with the config in place.
+	if st, err := t.machine.Control.State(ctx, t.machine.Name); err != nil || st != "active" {
+		return task.Result{Changed: true}, err
+	}
+	if out, err := t.machine.exec(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
+		return task.Result{Changed: true}, fmt.Errorf("restart the kubelet in %s to report its pod network: %v: %s", t.machine.Name, err, bytes.TrimSpace(out))
+	}
+	return task.Result{Changed: true, Detail: fmt.Sprintf("kubelet restarted: Node %s is from before this start, so it would report the pod network only at its next status sync, 10 s on", name)}, nil
 }

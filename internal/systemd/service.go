@@ -23,16 +23,18 @@ func InstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *
 		return false, fmt.Errorf("install-service: %w", err)
 	}
 	log.Info("unit", "task", "write-agent-unit", "path", l.Units().Agent, "changed", changed)
-	if changed {
-		if err := m.DaemonReload(ctx); err != nil {
-			return true, fmt.Errorf("install-service: %w", err)
-		}
-	}
-	if !m.IsEnabled(ctx, layout.AgentUnitName) {
+	// systemctl enable reloads systemd itself: a changed unit needs its own
+	// daemon-reload only when the unit was enabled already.
+	switch {
+	case !m.IsEnabled(ctx, layout.AgentUnitName):
 		if err := m.Enable(ctx, layout.AgentUnitName); err != nil {
 			return true, fmt.Errorf("install-service: %w", err)
 		}
 		changed = true
+	case changed:
+		if err := m.DaemonReload(ctx); err != nil {
+			return true, fmt.Errorf("install-service: %w", err)
+		}
 	}
 	if !m.Live() {
 		return changed, nil
