@@ -140,6 +140,7 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 		{Name: "switch", Tasks: []task.Task{
 			StopActiveMachine(r.from, r.client, name, r.heartbeat),
 			HandOverIdentity(r.from, m),
+			WritePodNetwork(m, c, o.ReadyTimeout, s.nodeProgress),
 			StartMachine(m, nspawnFiles, components, nodeConfig),
 			ImportImages(m),
 			WaitNodeVersion(m, r.client, name, c.Components.Kubernetes, o.ReadyTimeout, r.heartbeat, s.nodeProgress),

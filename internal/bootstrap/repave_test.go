@@ -31,7 +31,7 @@ func TestRepaveTaskNames(t *testing.T) {
 		"stage: stage-node-components",
 		"prepare: stop-other-machine,provision-machine,install-node-components,write-nspawn-files,write-node-config",
 		"drain: cordon-node,drain-node",
-		"switch: stop-active-machine,hand-over-identity,start-machine,import-images,wait-node-version",
+		"switch: stop-active-machine,hand-over-identity,write-pod-network,start-machine,import-images,wait-node-version",
 		"finish: save-state,uncordon-node",
 		"rollback: stop-new-machine,start-machine,wait-node-version,uncordon-node",
 	}
