@@ -57,6 +57,8 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, a
 		status := ""
 		done := false
 		switch {
+		case err != nil && ctx.Err() != nil && last != "":
+			return false, nil // the bound itself; keep what was last seen
 		case err != nil:
 			status = "node not readable: " + err.Error()
 		case !sameVersion(n.Status.NodeInfo.KubeletVersion, v):

@@ -57,3 +57,26 @@ func TestDrainRespectsPDBAndIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A listing that fails on the bound itself (a slow API server, the
+// client's rate limiter at the deadline) does not hide the pods the
+// listing before it saw.
+func TestDrainNamesThePodsWhenTheLastListingFails(t *testing.T) {
+	Poll = 10 * time.Millisecond
+	cs := fake.NewClientset(pod("guarded"))
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 0)
+	})
+	lists := 0
+	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lists++; lists < 3 {
+			return false, nil, nil
+		}
+		time.Sleep(100 * time.Millisecond) // an API server slower than the bound
+		return true, nil, apierrors.NewTimeoutError("deadline", 0)
+	})
+	_, err := Drain(context.Background(), cs, "n1", 60*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
+		t.Fatalf("drain = %v", err)
+	}
+}
