@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -48,11 +49,19 @@ func (e *env) upgrade(t *testing.T, w *workload, from, to, image string) {
 	if image != "" {
 		args = append(args, "--image", image)
 	}
+	watch := e.watchNode(t)
 	r, log, err := e.nodeUpgrade(t, args...)
 	if err != nil || r.Result != "succeeded" || r.FromMachine != from || r.ToMachine != to {
+		watch.stop()
 		t.Fatalf("node upgrade %s -> %s: %v, record %+v", from, to, err, r)
 	}
-	t.Logf("repave %s -> %s took %v", from, to, r.Duration)
+	stopped, drain := benchFigures(t, log)
+	window, notReady := watch.finish(stopped)
+	if window < 0 {
+		t.Errorf("the API server never showed the Node Ready after %s stopped", from)
+	}
+	t.Logf("BENCH repave %s->%s total=%v drain=%v total-without-drain=%v not-ready-window=%v seen-not-ready=%v",
+		from, to, r.Duration, drain, r.Duration-drain, window.Round(time.Millisecond), notReady.Round(time.Millisecond))
 	if !strings.Contains(log, `task=drain-node status=ok changed=true`) || !strings.Contains(log, `detail="2 pod(s) evicted"`) {
 		t.Errorf("the drain evicted no pods:\n%s", log)
 	}
