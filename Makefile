@@ -29,6 +29,7 @@ deps:
 # output comes at the end and its failure fails the run.
 test: deps build
 	test/e2e/build-k8s.sh >/dev/null
+	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
 	@log=$$(mktemp); status=0; \
 	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m ./tokenrefresh/) >"$$log" 2>&1 & bg=$$!; \
 	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./... || status=1; \
@@ -101,6 +102,7 @@ bench-join: deps
 # watch), next to the time the Node was seen not Ready at all.
 bench-repave: deps
 	test/e2e/build-k8s.sh >/dev/null
+	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestRepave$$' ./repave/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
 
 # Worker image figures: `image build` of examples/worker-image/bookworm.json

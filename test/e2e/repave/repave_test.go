@@ -8,10 +8,11 @@
 // at start rolls back: the old side Ready and uncordoned, the reason in
 // `status`.
 //
-// Both kubelets are 1.35.4: the control plane's build is the only
-// Kubernetes built from the module proxy here, so the first repave
-// changes the worker image (another digest) at the same version, and the
-// rollback's bundle says 1.35.5.
+// The node joins at 1.34.2 (a kubelet built from the module proxy by
+// build-k8s.sh --module cmd-1.34, cached like the control plane's), the
+// first repave takes it to the control plane's 1.35.4, the second stays at
+// 1.35.4 with another worker image (another digest), and the rollback's
+// bundle says 1.35.5.
 package repave
 
 import (
@@ -43,7 +44,9 @@ const (
 	workerRef  = "oci-layout:///var/lib/aks-flex-node-test/worker:" + fixtures.WorkerTag
 	worker2Ref = "oci-layout:///var/lib/aks-flex-node-test/worker2:" + fixtures.WorkerTag
 	bundleDir  = "/var/lib/aks-flex-node-test/bundle-"
-	version    = "1.35.4"
+	// joined is the node's first version, version the control plane's.
+	joined  = "1.34.2"
+	version = "1.35.4"
 	// failing is the version of the bundle whose kubelet exits at start.
 	failing = "1.35.5"
 )
@@ -70,9 +73,11 @@ func TestRepave(t *testing.T) {
 	layoutDir, _, err := fixtures.WorkerImage(ctx, t.Logf)
 	must(t, err)
 	worker2 := otherWorkerImage(t, layoutDir)
-	bundle, manifest, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: version})
+	bundle, _, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: version})
 	must(t, err)
 	bad, _, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: failingKubelet(t), KubectlPath: binDir + "/kubectl", KubernetesVersion: failing})
+	must(t, err)
+	first, firstManifest, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: previousKubelet(t), KubectlPath: binDir + "/kubectl", KubernetesVersion: joined})
 	must(t, err)
 	e.net = netlab.New(t)
 	e.cp, err = controlplane.Start(ctx, controlplane.Options{BinDir: binDir, WorkDir: t.TempDir(), AdvertiseAddress: e.net.Outer, Logf: t.Logf})
@@ -93,6 +98,7 @@ func TestRepave(t *testing.T) {
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + layoutDir + ":/var/lib/aks-flex-node-test/worker",
 		"--bind-ro=" + worker2 + ":/var/lib/aks-flex-node-test/worker2",
+		"--bind-ro=" + first + ":" + bundleDir + joined,
 		"--bind-ro=" + bundle + ":" + bundleDir + version,
 		"--bind-ro=" + bad + ":" + bundleDir + failing,
 	}})
@@ -106,7 +112,7 @@ func TestRepave(t *testing.T) {
 	})
 	must(t, e.h.CopyIn(dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755))
 	must(t, e.h.CopyIn(filepath.Join(repoRoot(), "scripts", "install.sh"), "/root/dist/install.sh", 0o755))
-	must(t, e.h.WriteFile("/etc/aks-flex-node/config.json", e.config(manifest), 0o600))
+	must(t, e.h.WriteFile("/etc/aks-flex-node/config.json", e.config(firstManifest), 0o600))
 	sum, _, err := fsutil.FileSHA256(dist + "/aks-flex-node")
 	must(t, err)
 	e.h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sum)
@@ -114,12 +120,15 @@ func TestRepave(t *testing.T) {
 		t.Fatalf("start: %v\n%s\n%s", err, out, stderr)
 	}
 	kubetest.WaitReady(ctx, t, e.cp.Client, nodeName, 2*time.Minute)
+	if v := e.node(t).Status.NodeInfo.KubeletVersion; v != "v"+joined {
+		t.Fatalf("joined with kubelet %s, want v%s", v, joined)
+	}
 
 	w := e.deploy(t)
 	t.Run("pdb-blocks-the-drain", func(t *testing.T) { e.blockedDrain(t, w) })
 	w.relaxBudget(t)
-	t.Run("kube1-to-kube2", func(t *testing.T) { e.upgrade(t, w, "kube1", "kube2", worker2Ref) })
-	t.Run("kube2-to-kube1", func(t *testing.T) { e.upgrade(t, w, "kube2", "kube1", "") })
+	t.Run("kube1-to-kube2", func(t *testing.T) { e.upgrade(t, w, "kube1", "kube2", "") })
+	t.Run("kube2-to-kube1", func(t *testing.T) { e.upgrade(t, w, "kube2", "kube1", worker2Ref) })
 	t.Run("rollback", e.rollback)
 }
 
@@ -141,6 +150,18 @@ func (e *env) config(m fixtures.Manifest) []byte {
 func failingKubelet(t *testing.T) string {
 	p := filepath.Join(t.TempDir(), "kubelet")
 	must(t, os.WriteFile(p, []byte("#!/bin/sh\necho 'kubelet: failing at start on purpose (repave rollback e2e)' >&2\nexit 1\n"), 0o755))
+	return p
+}
+
+// previousKubelet is the 1.34 kubelet `build-k8s.sh --module cmd-1.34`
+// made (cached; `make test` and `make bench-repave` build it first).
+func previousKubelet(t *testing.T) string {
+	out, err := exec.Command("bash", filepath.Join(repoRoot(), "test", "e2e", "build-k8s.sh"), "--module", "cmd-1.34", "--print-dir").Output()
+	must(t, err)
+	p := filepath.Join(strings.TrimSpace(string(out)), "bin", "kubelet")
+	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+		t.Fatalf("no %s: build it with test/e2e/build-k8s.sh --module cmd-1.34 (about 15 minutes cold on 2 busy cores)", p)
+	}
 	return p
 }
 

@@ -44,6 +44,7 @@ func (e *env) blockedDrain(t *testing.T, w *workload) {
 // version, the old side stopped, status saying so.
 func (e *env) upgrade(t *testing.T, w *workload, from, to, image string) {
 	before := e.node(t)
+	t.Logf("repave %s (kubelet %s) -> %s (kubelet v%s)", from, before.Status.NodeInfo.KubeletVersion, to, version)
 	pods := w.waitRunning(t)
 	args := []string{"--kubernetes-version", version, "--drain-timeout", "2m", "--ready-timeout", "2m"}
 	if image != "" {
