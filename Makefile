@@ -95,8 +95,9 @@ bench-join: deps
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_IDLE_SECONDS=$(IDLE_SECONDS) $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$/^(acl|classic)$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
 
-# Repave figures (issue 16): `node upgrade` kube1 -> kube2 -> kube1 on the
-# ACL-like host with warm caches: the total, the drain, the total without
+# Repave figures (issue 16): `node upgrade` kube1 (1.34.2) -> kube2
+# (1.35.4) -> kube1 (1.35.4, another worker image) on the ACL-like host
+# with warm caches: the total, the drain, the total without
 # it, and the node's NotReady window as the API server shows it (from the
 # old machine's stop to the first Ready the new kubelet posts, seen by a
 # watch), next to the time the Node was seen not Ready at all.
