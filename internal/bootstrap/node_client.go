@@ -57,7 +57,7 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, a
 		status := ""
 		done := false
 		switch {
-		case err != nil && ctx.Err() != nil && last != "":
+		case err != nil && last != "" && nearBound(ctx):
 			return false, nil // the bound itself; keep what was last seen
 		case err != nil:
 			status = "node not readable: " + err.Error()
@@ -87,4 +87,12 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, a
 		return fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, v, timeout, last)
 	}
 	return nil
+}
+
+// nearBound: ctx has ended or ends within a second, when a request fails
+// for the bound (the client's rate limiter refuses a wait past it) rather
+// than for what it asked.
+func nearBound(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && time.Until(dl) < time.Second
 }
