@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-upgrade bench-token deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-upgrade bench-token bench-repave deps clean
 
 all: build
 
@@ -29,6 +29,7 @@ deps:
 # output comes at the end and its failure fails the run.
 test: deps build
 	test/e2e/build-k8s.sh >/dev/null
+	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
 	@log=$$(mktemp); status=0; \
 	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m ./tokenrefresh/) >"$$log" 2>&1 & bg=$$!; \
 	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./... || status=1; \
@@ -93,6 +94,17 @@ demo: deps
 bench-join: deps
 	test/e2e/build-k8s.sh >/dev/null
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_IDLE_SECONDS=$(IDLE_SECONDS) $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$/^(acl|classic)$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
+
+# Repave figures (issue 16): `node upgrade` kube1 (1.34.2) -> kube2
+# (1.35.4) -> kube1 (1.35.4, another worker image) on the ACL-like host
+# with warm caches: the total, the drain, the total without
+# it, and the node's NotReady window as the API server shows it (from the
+# old machine's stop to the first Ready the new kubelet posts, seen by a
+# watch), next to the time the Node was seen not Ready at all.
+bench-repave: deps
+	test/e2e/build-k8s.sh >/dev/null
+	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
+	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestRepave$$' ./repave/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
 
 # Worker image figures: `image build` of examples/worker-image/bookworm.json
 # from this machine's apt source with an empty and with a warm package

@@ -79,6 +79,8 @@ type Start struct {
 	image       *WorkerImage
 	// events records the join on the Node, as the node.
 	events *events.Recorder
+	// label prefixes the progress lines: the command's name.
+	label string
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -89,6 +91,7 @@ func NewStart(o Options) *Start {
 		opts:    o,
 		host:    Host{Layout: o.Layout, ProcDir: o.ProcDir, Exec: o.Exec, Tracker: tr},
 		machine: NewMachine(o.Layout, o.Machine, o.Exec),
+		label:   "start",
 	}
 	c := o.Config
 	s.stager = &artifact.Stager{
@@ -227,7 +230,7 @@ func (s *Start) nodeProgress(state string) {
 
 func (s *Start) progressf(format string, args ...any) {
 	if s.opts.Progress != nil {
-		fmt.Fprintf(s.opts.Progress, "[start] "+format+"\n", args...)
+		fmt.Fprintf(s.opts.Progress, "["+s.label+"] "+format+"\n", args...)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // addLockFlag adds --lock-timeout to a command that changes the node.
 func addLockFlag(cmd *cobra.Command, timeout *time.Duration) {
 	cmd.Flags().DurationVar(timeout, "lock-timeout", nodelock.DefaultWait,
-		"how long to wait for the node lock while another start, reset or agent-upgrade holds it (0: fail at once)")
+		"how long to wait for the node lock while another start, reset, node upgrade or agent-upgrade holds it (0: fail at once)")
 }
 
 // lockWait is how command waits for the node lock of l: up to timeout,

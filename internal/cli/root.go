@@ -108,6 +108,7 @@ Agent-owned files live under the install prefix declared in the config
 		newAgentCommand(),
 		newStartCommand(),
 		newResetCommand(),
+		newNodeCommand(),
 		newPreflightCommand(),
 		newIgnitionCommand(),
 		newArtifactsCommand(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
 )
@@ -75,6 +76,9 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 			con := progress.NewConsole("start", cmd.OutOrStdout(), cmd.ErrOrStderr(), levelOf(c), false)
 			s := bootstrap.NewStart(bootstrap.Options{
 				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
+				// After a repave the node runs in the other machine:
+				// start converges that one.
+				Machine:     daemon.ActiveMachine(l),
 				Log:         con.Log,
 				Progress:    con.Progress,
 				Observer:    con.Observer,

@@ -16,13 +16,16 @@ func newStatusCommand() *cobra.Command {
 	var path, output, root string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the agent's version, upgrade slots and links, any upgrade in flight, the last upgrade or rollback, and the agent's last repairs",
+		Short: "Show the agent's version, upgrade slots and links, any upgrade in flight, the last upgrade or rollback, the agent's last repairs, the node's active machine and its last repave",
 		Long: `Show which slot 'current' and 'last-good' name and the version in each slot
 (read by test-running it), the upgrade in flight if any (from, to,
 deadline), and the last upgrade or recovery record (result, reason,
 versions, time), and the agent's last repairs of the node (what it put
 back, and when: a machine started, a node file restored, a unit started,
-the inactive side stopped). The layout comes from --config; an absent or unreadable
+the inactive side stopped), and the node's machines: which one is active,
+what each runs (Kubernetes version, worker image digest, why a repave to it
+was rolled back), the repave in flight and the last one (from, to,
+duration, result, reason). The layout comes from --config; an absent or unreadable
 config selects the default layout, and says so on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,11 +45,16 @@ config selects the default layout, and says so on stderr.`,
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
+			sides, err := state.LoadSides(l.OnRoot(l.StateDir()))
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					*upgrade.Status
 					Repairs []state.Repair `json:"repairs"`
-				}{s, repairs})
+					Node    *state.Sides   `json:"node"`
+				}{s, repairs, sides})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "agent:      %s (version %s)\n", s.AgentBinary, orNone(s.CurrentVersion))
@@ -83,6 +91,7 @@ config selects the default layout, and says so on stderr.`,
 				fmt.Fprintln(w, "last:       none")
 			}
 			printRepairs(w, repairs)
+			printSides(w, l.Machines(), sides)
 			return nil
 		},
 	}
@@ -105,5 +114,39 @@ func printRepairs(w io.Writer, repairs []state.Repair) {
 	for i := len(repairs) - 1; i >= 0 && i >= len(repairs)-shownRepairs; i-- {
 		r := repairs[i]
 		fmt.Fprintf(w, "  %s %s: %s\n", r.At.UTC().Format(time.RFC3339), r.Kind, r.What)
+	}
+}
+
+// printSides prints the node's blue/green pair and its last repave.
+func printSides(w io.Writer, names [2]string, s *state.Sides) {
+	if s == nil {
+		fmt.Fprintln(w, "node:       not joined")
+		return
+	}
+	fmt.Fprintf(w, "node:       active machine %s\n", orNone(s.Active))
+	for _, n := range names {
+		side, ok := s.Machines[n]
+		switch {
+		case !ok:
+			fmt.Fprintf(w, "  %s: never prepared\n", n)
+		default:
+			fmt.Fprintf(w, "  %s: Kubernetes %s, worker image %s", n, orNone(side.KubernetesVersion), orNone(side.ImageDigest))
+			if side.Failed != "" {
+				fmt.Fprintf(w, ", failed: %s", side.Failed)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if r := s.InFlight; r != nil {
+		fmt.Fprintf(w, "repave:     in flight %s (%s) -> %s (%s) since %s, at %s\n", r.FromMachine, r.FromVersion, r.ToMachine, r.ToVersion, r.Started.Format(time.RFC3339), r.Step)
+	}
+	if r := s.Last; r != nil {
+		fmt.Fprintf(w, "repave:     last %s: %s (%s) -> %s (%s) at %s, took %v", r.Result, r.FromMachine, r.FromVersion, r.ToMachine, r.ToVersion, r.Started.Format(time.RFC3339), r.Duration)
+		if r.Reason != "" {
+			fmt.Fprintf(w, ": %s", r.Reason)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "repave:     none")
 	}
 }

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +56,26 @@ func TestDrainRespectsPDBAndIsBounded(t *testing.T) {
 		if name == "done" {
 			t.Errorf("a finished pod was evicted")
 		}
+	}
+}
+
+// Listings that fail near the bound (the client's rate limiter refuses a
+// wait past the deadline) do not hide the pods the listing before saw.
+func TestDrainNamesThePodsWhenTheLastListingFails(t *testing.T) {
+	Poll = 10 * time.Millisecond
+	cs := fake.NewClientset(pod("guarded"))
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("budget", 0)
+	})
+	lists := 0
+	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lists++; lists < 3 {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+	})
+	_, err := Drain(context.Background(), cs, "n1", 60*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
+		t.Fatalf("drain = %v", err)
 	}
 }

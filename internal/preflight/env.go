@@ -79,6 +79,10 @@ type Env struct {
 	// host (Root "/") and probes nothing on an image tree.
 	ReadHostNet func(ctx context.Context) (network.HostNet, []network.Route, error)
 
+	// ServerVersion, when set, reads the API server's version (the
+	// version-skew check's probe, `node upgrade` only).
+	ServerVersion func(ctx context.Context) (string, error)
+
 	// FetchToken gets a token for an identity; nil asks its endpoint
 	// (identity.Fetch). Tests substitute it.
 	FetchToken func(ctx context.Context, s identity.Spec) (identity.Token, error)

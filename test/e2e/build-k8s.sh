@@ -13,21 +13,48 @@
 # once fully linked, so an interrupted build resumes where it stopped. A lock
 # on the directory keeps two builds of the same thing from running at once.
 #
-# Usage: build-k8s.sh [--print-dir] [component...]
+# Usage: build-k8s.sh [--print-dir] [--module NAME] [component...]
 #   --print-dir  print the cache directory and exit without building
+#   --module     the module under test/e2e to build from (default cmd, the
+#                control plane's; cmd-1.34 is the previous minor's kubelet)
 #   component    build only these (default: all); .complete needs all
 # The last line on stdout is the bin directory; progress goes to stderr.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The binaries are their own module, pinned as k8s.io/kubernetes pins them.
-cd "${here}/cmd"
-
-all_components=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 
 print_dir=false
+module=cmd
+args=()
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--module)
+		module="${2:-}"
+		shift 2 || true
+		;;
+	*)
+		args+=("$1")
+		shift
+		;;
+	esac
+done
+if [[ ! "${module}" =~ ^cmd(-[0-9.]+)?$ || ! -f "${here}/${module}/go.mod" ]]; then
+	echo "build-k8s.sh: unknown module '${module}' (no ${here}/${module}/go.mod)" >&2
+	exit 2
+fi
+# The binaries are their own module, pinned as k8s.io/kubernetes pins them.
+cd "${here}/${module}"
+
+# Every component the module has a main for.
+all_components=()
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+	if [[ -f "${c}/main.go" ]]; then
+		all_components+=("${c}")
+	fi
+done
+
 components=()
-for arg in "$@"; do
+for arg in "${args[@]+"${args[@]}"}"; do
 	case "${arg}" in
 	--print-dir) print_dir=true ;;
 	-*)

@@ -1,0 +1,186 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/nodelock"
+	"github.com/Azure/aks-flex-node/internal/preflight"
+	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// RepaveLockCommand is how the node lock names a repave to a waiter.
+const RepaveLockCommand = "node upgrade"
+
+// ErrStateMoved is a repave whose applied state changed while it waited
+// for the node lock (another repave ran): it is run again, from the side
+// that serves now.
+var ErrStateMoved = errors.New("the node's applied state changed while waiting for the node lock; run node upgrade again")
+
+// Run runs the repave under the node lock: preflight (a *RefusedError
+// before anything changes), then the phases, each recorded in the sides
+// record as the step in flight before it runs. A failure in the switch
+// phase rolls back. It returns the repave's record, as status shows it.
+func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
+	o := r.opts
+	began := o.Now()
+	if o.Observer != nil {
+		ctx = task.WithObserver(ctx, o.Observer)
+	}
+	lock, err := nodelock.Acquire(ctx, o.Layout, RepaveLockCommand, o.Lock)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	dir := o.Layout.OnRoot(o.Layout.StateDir())
+	if a, err := state.LoadApplied(dir); err != nil || a == nil || a.Machine != r.applied.Machine {
+		return nil, errors.Join(ErrStateMoved, err)
+	}
+	if err := r.preflight(ctx, pf); err != nil {
+		return nil, err
+	}
+	mode, err := machine.HostCgroupMode(o.Layout.Root())
+	if err != nil {
+		return nil, fmt.Errorf("detect cgroup mode: %w", err)
+	}
+	sides, err := state.LoadSides(dir)
+	if err != nil || sides == nil {
+		return nil, errors.Join(errors.New("no sides record"), err)
+	}
+	rec := &state.Repave{FromMachine: r.from.Name, ToMachine: r.to.Name, FromVersion: r.applied.KubernetesVersion,
+		ToVersion: r.start.opts.Config.Components.Kubernetes, Started: began.UTC()}
+	runner := r.runner()
+	for _, p := range r.Phases(mode) {
+		rec.Step = p.Name
+		sides.InFlight = rec
+		if err := state.SaveSides(dir, *sides); err != nil {
+			return rec, err
+		}
+		if _, err := runner.Phases(ctx, p); err != nil {
+			return rec, r.failed(ctx, sides, rec, p.Name, err)
+		}
+	}
+	side := state.Side{KubernetesVersion: rec.ToVersion}
+	if c, err := r.chosen.Get(); err == nil {
+		side.Image = c.Ref
+	}
+	side.ImageDigest, _ = machine.ImageDigest(o.Layout, r.to.Name)
+	sides.Machines[r.to.Name] = side
+	sides.Active = r.to.Name
+	r.finish(sides, rec, state.RepaveSucceeded, "")
+	if err := state.SaveSides(dir, *sides); err != nil {
+		return rec, err
+	}
+	r.start.progressf("node %s repaved from %s (%s) to %s (%s) in %v", r.opts.Config.Agent.NodeName, rec.FromMachine, rec.FromVersion, rec.ToMachine, rec.ToVersion, rec.Duration)
+	return rec, nil
+}
+
+func (r *Repave) runner() *task.Runner {
+	o := r.opts
+	tr := &task.Runner{Log: o.Log, Now: o.Now, Observer: o.Observer}
+	if o.Observer == nil {
+		tr.Starting = func(name string) { r.start.progressf("%s ...", name) }
+	}
+	return tr
+}
+
+// finish closes rec with result and reason and makes it the last repave.
+func (r *Repave) finish(sides *state.Sides, rec *state.Repave, result, reason string) {
+	rec.Finished = r.opts.Now().UTC()
+	rec.Duration = rec.Finished.Sub(rec.Started).Round(time.Millisecond)
+	rec.Result, rec.Reason, rec.Step = result, reason, ""
+	sides.InFlight, sides.Last = nil, rec
+}
+
+// RolledBackError is a repave whose new side did not become Ready: the
+// old side serves again.
+type RolledBackError struct {
+	To     string
+	Reason error
+}
+
+func (e *RolledBackError) Error() string {
+	return fmt.Sprintf("rolled back: machine %s did not become Ready: %v", e.To, e.Reason)
+}
+func (e *RolledBackError) Unwrap() error { return e.Reason }
+
+// failed records a repave that failed in phase and undoes what must be:
+// before switch the old side still serves (a drain's cordon is lifted);
+// in switch the old side is brought back; in finish the new side serves.
+func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repave, phase string, cause error) error {
+	dir := r.opts.Layout.OnRoot(r.opts.Layout.StateDir())
+	// The undo runs even when the run was cancelled, bounded.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.ReadyTimeout+5*time.Minute)
+	defer cancel()
+	err := cause
+	result := state.RepaveFailed
+	switch phase {
+	case "drain":
+		if _, uerr := SetUnschedulable(uctx, r.client, r.opts.Config.Agent.NodeName, false); uerr != nil {
+			err = errors.Join(cause, fmt.Errorf("uncordon after the failed drain: %w", uerr))
+		}
+	case SwitchPhase:
+		if _, rerr := r.runner().Phases(uctx, r.RollbackPhase()); rerr != nil {
+			err = errors.Join(cause, fmt.Errorf("rollback: %w", rerr))
+			break
+		}
+		result = state.RepaveRolledBack
+		side := sides.Machines[r.to.Name]
+		side.KubernetesVersion, side.Failed = rec.ToVersion, cause.Error()
+		sides.Machines[r.to.Name] = side
+		err = &RolledBackError{To: r.to.Name, Reason: cause}
+	case "finish":
+		if a, aerr := state.LoadApplied(dir); aerr == nil && a != nil && a.Machine == r.to.Name {
+			sides.Active = r.to.Name
+			sides.Machines[r.to.Name] = state.Side{KubernetesVersion: rec.ToVersion, Image: a.Image, ImageDigest: a.ImageDigest}
+		}
+	}
+	r.finish(sides, rec, result, err.Error())
+	if serr := state.SaveSides(dir, *sides); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// preflight runs the repave's checks (preflight.RepaveChecks) against the
+// new side's config, with the source checks wired to its stager and
+// provisioner and the skew check to the API server, and refuses when an
+// error counts.
+func (r *Repave) preflight(ctx context.Context, pf Preflight) error {
+	began := time.Now()
+	pf.Env.Config = r.start.opts.Config
+	r.start.WireChecks(pf.Env)
+	pf.Env.ServerVersion = func(ctx context.Context) (string, error) {
+		cs, err := r.client.Get()
+		if err != nil {
+			return "", err
+		}
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			return "", err
+		}
+		return v.GitVersion, nil
+	}
+	task.Wait(ctx, "the preflight checks")
+	report := preflight.Run(ctx, preflight.RepaveChecks(pf.Env), pf.Options)
+	task.Wait(ctx, "")
+	if err := report.WriteText(pf.Report); err != nil {
+		return err
+	}
+	var err error
+	if report.Failed(pf.Options.FailOnWarnings) {
+		refused := &RefusedError{OnWarnings: report.Summary.Errors == 0}
+		for _, c := range report.Checks {
+			if c.Severity == preflight.SeverityError && !c.Ignored {
+				refused.Failed = append(refused.Failed, c)
+			}
+		}
+		err = refused
+	}
+	task.LogPhase(r.opts.Log, PreflightPhase, false, time.Since(began), err)
+	return err
+}

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/Azure/aks-flex-node/internal/bootstrap"
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/preflight"
+	"github.com/Azure/aks-flex-node/internal/progress"
+	"github.com/Azure/aks-flex-node/internal/state"
+)
+
+func newNodeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Change the joined node: upgrade Kubernetes by a blue/green repave",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newNodeUpgradeCommand())
+	return cmd
+}
+
+type nodeUpgradeFlags struct {
+	path, version, image, output string
+	drain, ready, lock           time.Duration
+	preflight                    preflight.Options
+}
+
+func newNodeUpgradeCommand() *cobra.Command {
+	var f nodeUpgradeFlags
+	cmd := &cobra.Command{
+		Use:   "upgrade --kubernetes-version V",
+		Short: "Repave the node onto the other machine (kube1 <-> kube2) at Kubernetes V, with drain and rollback",
+		Long: `Upgrade (or change) the node's Kubernetes version by a blue/green repave: the
+machine that does not serve (kube2 when kube1 is active, and back) is
+prepared completely with version V (and --image, if given, as its worker
+image) while the active one keeps serving: rootfs, node components from the
+bundle for V (bootstrap.offlineArtifacts.source with V), nspawn files and
+node config. Then the Node is cordoned and drained through the Eviction API
+(PodDisruptionBudgets respected, DaemonSet and mirror pods left, bounded by
+--drain-timeout; the pods left are named when it passes, and the node is
+uncordoned), the active machine stops and hands the node's identity over
+(the kubelet's client certificate and key, its kubeconfig: the same Node,
+never a new one), the other machine starts, and the Node must be Ready at
+kubelet V within --ready-timeout; then it is uncordoned and the state
+records the new active machine.
+
+Rollback: when the new machine is not Ready in time, it is stopped (and kept
+on disk for inspection until the next repave), the old machine starts again
+and must be Ready, the Node is uncordoned, and the reason is recorded:
+status shows it. The exit code is 1 then.
+
+Preflight runs first, before anything changes: the bundle for V is there
+and verifies, the worker image resolves, and kubelet V is not newer than the
+API server and at most 3 minor versions older (version-skew).
+
+The config file is not changed: components.kubernetes there still names the
+version the node joined with; the state (status) says what each machine
+runs. node upgrade holds the node lock, as start does.
+
+Phases, in order, and their tasks (each task logs one line,
+task=<name> status=ok changed=<bool>; rollback runs only on a failure in
+switch):
+
+` + bootstrap.DescribeRepave(),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runNodeUpgrade(cmd, &f) },
+	}
+	addConfigFlag(cmd, &f.path)
+	fl := cmd.Flags()
+	fl.StringVar(&f.version, "kubernetes-version", "", "the Kubernetes version the node is repaved to (required)")
+	fl.StringVar(&f.image, "image", "", "the worker image for the new machine (default: bootstrap.ociImage or the bundle's)")
+	fl.DurationVar(&f.drain, "drain-timeout", 5*time.Minute, "how long the drain may take before the repave gives up (and uncordons)")
+	fl.DurationVar(&f.ready, "ready-timeout", 3*time.Minute, "how long the new machine has to be Ready at the new version before the repave rolls back")
+	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json (the repave's record)")
+	fl.StringSliceVar(&f.preflight.IgnoreErrors, "ignore-preflight-errors", nil, "preflight checks whose errors are shown as warnings, comma-separated, or 'all'")
+	fl.BoolVar(&f.preflight.FailOnWarnings, "fail-on-warnings", false, "treat preflight warnings as fatal")
+	addLockFlag(cmd, &f.lock)
+	return cmd
+}
+
+func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
+	if err := checkOutput(f.output); err != nil {
+		return err
+	}
+	if f.version == "" {
+		return invalidf("node upgrade: --kubernetes-version is required")
+	}
+	if err := f.preflight.Validate(preflight.RepaveNames); err != nil {
+		return invalid(err)
+	}
+	data, err := config.ReadFile(f.path)
+	if err != nil {
+		return invalid(fmt.Errorf("node upgrade: %w; nothing was changed", err))
+	}
+	c, err := config.Parse(f.path, data)
+	if err != nil {
+		return invalid(fmt.Errorf("node upgrade: %w; nothing was changed", err))
+	}
+	l, err := c.Layout("/", f.path)
+	if err != nil {
+		return invalid(err)
+	}
+	applied, err := state.LoadApplied(l.OnRoot(l.StateDir()))
+	if err != nil {
+		return fmt.Errorf("node upgrade: %w", err)
+	}
+	if applied == nil {
+		return fmt.Errorf("node upgrade: this host has not joined (no %s/%s): run start first", l.StateDir(), state.AppliedFile)
+	}
+	stdout := cmd.OutOrStdout()
+	if f.output == "json" {
+		stdout = cmd.ErrOrStderr() // stdout is the record's
+	}
+	con := progress.NewConsole("node upgrade", stdout, cmd.ErrOrStderr(), levelOf(c), false)
+	r := bootstrap.NewRepave(bootstrap.RepaveOptions{
+		Options: bootstrap.Options{Layout: l, Config: c, ConfigFile: f.path, ConfigData: data,
+			Log: con.Log, Progress: con.Progress, Observer: con.Observer, Lock: lockWait(cmd, l, f.lock)},
+		KubernetesVersion: f.version, Image: f.image, DrainTimeout: f.drain, ReadyTimeout: f.ready,
+	}, *applied)
+	pf := bootstrap.Preflight{
+		Env:     &preflight.Env{Root: "/", ConfigFile: f.path, Layout: l},
+		Options: f.preflight,
+		Report:  con.Progress,
+	}
+	rec, err := r.Run(cmd.Context(), pf)
+	con.Finish(err)
+	var refused *bootstrap.RefusedError
+	if errors.As(err, &refused) {
+		fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: node upgrade: refused before anything changed")
+	}
+	if f.output == "json" && rec != nil {
+		if jerr := writeJSON(cmd.OutOrStdout(), rec); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("node upgrade: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+)
+
+// SidesFile, in the state dir, records the node's blue/green pair: which
+// machine is active, what each side runs, the repave in flight and the
+// last one. `node upgrade` writes it (under the node lock) before and
+// after each step that changes which side serves; `status` reads it.
+const SidesFile = "sides.json"
+
+// Side is what one machine of the pair was last prepared with.
+type Side struct {
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	Image             string `json:"image,omitempty"`
+	ImageDigest       string `json:"imageDigest,omitempty"`
+	// Failed is why a repave to this side was rolled back; the side is
+	// kept for inspection until the next repave prepares it again.
+	Failed string `json:"failed,omitempty"`
+}
+
+// Repave results.
+const (
+	RepaveSucceeded  = "succeeded"
+	RepaveRolledBack = "rolled-back"
+	RepaveFailed     = "failed" // refused or failed before the active side stopped
+)
+
+// Repave is one repave: from which side and version to which, when, the
+// step it is at (in flight) and how it ended.
+type Repave struct {
+	FromMachine string        `json:"fromMachine"`
+	ToMachine   string        `json:"toMachine"`
+	FromVersion string        `json:"fromVersion"`
+	ToVersion   string        `json:"toVersion"`
+	Started     time.Time     `json:"started"`
+	Step        string        `json:"step,omitempty"`
+	Finished    time.Time     `json:"finished,omitzero"`
+	Duration    time.Duration `json:"duration,omitempty"`
+	Result      string        `json:"result,omitempty"`
+	Reason      string        `json:"reason,omitempty"`
+}
+
+// Sides is the content of SidesFile.
+type Sides struct {
+	Active   string          `json:"active"`
+	Machines map[string]Side `json:"machines"`
+	InFlight *Repave         `json:"inFlight,omitempty"`
+	Last     *Repave         `json:"last,omitempty"`
+}
+
+// SaveSides writes s to dir atomically (0600).
+func SaveSides(dir string, s Sides) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fsutil.WriteFile(filepath.Join(dir, SidesFile), append(data, '\n'), 0o600)
+	return err
+}
+
+// LoadSides reads the sides record in dir. A host that joined and never
+// repaved has none: its pair is derived from the applied state (the
+// active side and what it runs). (nil, nil) when neither exists.
+func LoadSides(dir string) (*Sides, error) {
+	data, err := os.ReadFile(filepath.Join(dir, SidesFile))
+	if err == nil {
+		var s Sides
+		if err := json.Unmarshal(data, &s); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, SidesFile), err)
+		}
+		if s.Machines == nil {
+			s.Machines = map[string]Side{}
+		}
+		return &s, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	a, err := LoadApplied(dir)
+	if err != nil || a == nil {
+		return nil, err
+	}
+	return &Sides{Active: a.Machine, Machines: map[string]Side{
+		a.Machine: {KubernetesVersion: a.KubernetesVersion, Image: a.Image, ImageDigest: a.ImageDigest},
+	}}, nil
+}
