@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -98,8 +99,15 @@ func (s *Start) resolveImage(ctx context.Context, ref string) (preflight.Resolve
 func (s *Start) preflight(ctx context.Context, pf Preflight) error {
 	began := time.Now()
 	s.WireChecks(pf.Env)
+	return runPreflight(ctx, preflight.StartChecks(pf.Env), pf, s.opts.Log, began)
+}
+
+// runPreflight is the preflight phase of start and node upgrade: it runs
+// checks, writes the report, logs the phase (timed from began) and
+// returns a *RefusedError when an error counts.
+func runPreflight(ctx context.Context, checks []preflight.Check, pf Preflight, log *slog.Logger, began time.Time) error {
 	task.Wait(ctx, "the preflight checks")
-	report := preflight.Run(ctx, preflight.StartChecks(pf.Env), pf.Options)
+	report := preflight.Run(ctx, checks, pf.Options)
 	task.Wait(ctx, "")
 	if err := report.WriteText(pf.Report); err != nil {
 		return err
@@ -114,6 +122,6 @@ func (s *Start) preflight(ctx context.Context, pf Preflight) error {
 		}
 		err = refused
 	}
-	task.LogPhase(s.opts.Log, PreflightPhase, false, time.Since(began), err)
+	task.LogPhase(log, PreflightPhase, false, time.Since(began), err)
 	return err
 }

@@ -165,22 +165,5 @@ func (r *Repave) preflight(ctx context.Context, pf Preflight) error {
 		}
 		return v.GitVersion, nil
 	}
-	task.Wait(ctx, "the preflight checks")
-	report := preflight.Run(ctx, preflight.RepaveChecks(pf.Env), pf.Options)
-	task.Wait(ctx, "")
-	if err := report.WriteText(pf.Report); err != nil {
-		return err
-	}
-	var err error
-	if report.Failed(pf.Options.FailOnWarnings) {
-		refused := &RefusedError{OnWarnings: report.Summary.Errors == 0}
-		for _, c := range report.Checks {
-			if c.Severity == preflight.SeverityError && !c.Ignored {
-				refused.Failed = append(refused.Failed, c)
-			}
-		}
-		err = refused
-	}
-	task.LogPhase(r.opts.Log, PreflightPhase, false, time.Since(began), err)
-	return err
+	return runPreflight(ctx, preflight.RepaveChecks(pf.Env), pf, r.opts.Log, began)
 }

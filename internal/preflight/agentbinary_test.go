@@ -11,8 +11,8 @@ func TestStartNamesMatchStartChecks(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(StartNames, ",") {
 		t.Fatalf("StartChecks names %v, StartNames %v", got, StartNames)
 	}
-	if got[len(got)-1] != NameAgentBinary || strings.Join(got[:len(DefaultNames)], ",") != strings.Join(DefaultNames, ",") {
-		t.Fatalf("StartChecks are not Checks then %s: %v", NameAgentBinary, got)
+	if strings.Join(got[len(DefaultNames):], ",") != NameAgentBinary+","+NameNodeVersion || strings.Join(got[:len(DefaultNames)], ",") != strings.Join(DefaultNames, ",") {
+		t.Fatalf("StartChecks are not Checks then %s, %s: %v", NameAgentBinary, NameNodeVersion, got)
 	}
 }
 

@@ -37,6 +37,9 @@ const (
 	// NameAgentBinary is start's own: can install-agent-service, which
 	// runs after the join, seed the upgrade slots.
 	NameAgentBinary = "agent-binary"
+	// NameNodeVersion is start's own too: the node that runs here runs the
+	// config's Kubernetes version (a change is node upgrade's repave).
+	NameNodeVersion = "node-version"
 )
 
 // DefaultNames are the names of the checks Checks returns, in order. They
@@ -69,7 +72,7 @@ var DefaultNames = []string{
 
 // StartNames are the names of the checks StartChecks returns, in order:
 // what `start --ignore-preflight-errors` may name.
-var StartNames = append(append([]string(nil), DefaultNames...), NameAgentBinary)
+var StartNames = append(append([]string(nil), DefaultNames...), NameAgentBinary, NameNodeVersion)
 
 // explicitIgnoreOnly are checks that `all` in --ignore-preflight-errors
 // does not make non-fatal; naming one does. Ignoring one cannot make start
@@ -78,11 +81,12 @@ var StartNames = append(append([]string(nil), DefaultNames...), NameAgentBinary)
 var explicitIgnoreOnly = map[string]bool{NameAgentBinary: true}
 
 // StartChecks are the checks start's preflight phase runs: Checks, then
-// start's own (agent-binary), which asks about this install of the agent
-// rather than whether the host can take a node, and so is not part of
-// `preflight`, which runs before the agent is installed too.
+// start's own (agent-binary, node-version), which ask about this install
+// of the agent and the node it runs rather than whether the host can take
+// a node, and so are not part of `preflight`, which runs before the agent
+// is installed too.
 func StartChecks(env *Env) []Check {
-	return append(Checks(env), agentBinaryCheck(env))
+	return append(Checks(env), agentBinaryCheck(env), nodeVersionCheck(env))
 }
 
 // Checks returns the default checks for env, in DefaultNames order: host
