@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,16 @@ func (k *MachineKeeper) keepNode(ctx context.Context, name string, a *state.Appl
 		if _, err := k.Control.Exec(ctx, name, "systemctl", "restart", u); err != nil {
 			errs = append(errs, fmt.Errorf("restart %s: %w", u, err))
 		}
+	}
+	// A queued job is a unit on its way, and it can leave a unit inactive
+	// only for now: an admin's `systemctl stop containerd` stops the
+	// kubelet first (it Requires containerd). Starting the kubelet then
+	// would start containerd again and cancel that stop half-way ("Job for
+	// containerd.service canceled"); the next pass, with the machine at
+	// rest, starts what is still stopped.
+	if jobs, _ := k.Control.Exec(ctx, name, "systemctl", "list-jobs", "--no-legend"); len(bytes.TrimSpace(jobs)) > 0 {
+		k.Log.Debug("systemd in the machine has jobs queued; units are checked at the next pass", "machine", name, "jobs", strings.TrimSpace(string(jobs)))
+		return errors.Join(errs...)
 	}
 	for _, u := range node.KeptUnits() {
 		if slices.Contains(restart, u) {

@@ -29,6 +29,7 @@ type driftHost struct {
 	calls  []string
 	units  map[string]string // unit or machine service -> ActiveState
 	system string            // is-system-running
+	jobs   string            // systemctl list-jobs --no-legend
 }
 
 func newDriftHost(t *testing.T) *driftHost {
@@ -81,6 +82,8 @@ func newDriftHost(t *testing.T) *driftHost {
 			h.units["systemd-nspawn@"+args[1]+".service"] = "inactive"
 		case name == "nsenter" && slices.Contains(args, "is-system-running"):
 			return []byte(h.system + "\n"), nil
+		case name == "nsenter" && slices.Contains(args, "list-jobs"):
+			return []byte(h.jobs), nil
 		case name == "nsenter" && slices.Contains(args, "is-active"):
 			return []byte(h.units[args[len(args)-1]] + "\n"), nil
 		case name == "nsenter" && slices.Contains(args, "restart"):
@@ -233,5 +236,25 @@ func TestKeepNodeUnitsAndInactiveSide(t *testing.T) {
 	h.keep(t)
 	if h.inMachine("systemctl restart kubelet.service") {
 		t.Errorf("acted in a machine still booting: %q", h.calls)
+	}
+}
+
+// An admin's stop of containerd stops the kubelet first: while that stop
+// is queued, a stopped kubelet is left alone (starting it would start
+// containerd and cancel the stop); once no job is queued, both start.
+func TestKeepNodeLeavesUnitsWhileJobsAreQueued(t *testing.T) {
+	h := newDriftHost(t)
+	h.units[node.KubeletUnitName] = "inactive"
+	h.units[node.ContainerdUnitName] = "deactivating"
+	h.jobs = "1234 containerd.service stop running\n"
+	h.keep(t)
+	if h.inMachine("systemctl restart kubelet.service") || h.inMachine("systemctl restart containerd.service") {
+		t.Errorf("started a unit while a job was queued: %q", h.calls)
+	}
+	h.jobs = ""
+	h.units[node.ContainerdUnitName] = "inactive"
+	h.keep(t)
+	if !h.inMachine("systemctl restart kubelet.service") || !h.inMachine("systemctl restart containerd.service") {
+		t.Errorf("units not started once the machine was at rest: %q", h.calls)
 	}
 }

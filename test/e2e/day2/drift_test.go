@@ -71,6 +71,7 @@ func (e *env) driftContainerdStopped(t *testing.T) {
 		out, _, _ := e.h.Shell(e.ctx, `nsenter -t "$(machinectl show kube1 -p Leader --value)" -a -- systemctl show containerd.service -p ActiveState -p InvocationID`)
 		return strings.Join(strings.Fields(out), " ")
 	}
+	e.waitMachineAtRest(t)
 	was := show()
 	since := time.Now()
 	e.inMachine(t, "systemctl", "stop", "containerd.service")
@@ -105,6 +106,33 @@ func (e *env) driftKubeletUnitRemoved(t *testing.T) {
 	out := e.inMachine(t, "systemctl", "show", "kubelet.service", "-p", "ActiveState", "-p", "NeedDaemonReload", "-p", "ActiveEnterTimestampMonotonic")
 	if !strings.Contains(out, "ActiveState=active") || !strings.Contains(out, "NeedDaemonReload=no") {
 		t.Errorf("kubelet after its unit was restored:\n%s", out)
+	}
+}
+
+// waitMachineAtRest waits, bounded, until the machine's systemd has no
+// job queued and the kubelet and containerd run: the repairs of the cases
+// before (each restarts the kubelet, whose Requires= pulls containerd in)
+// are over. A stop queued while one of them still runs is cancelled by
+// systemd ("Job for containerd.service canceled"), which is the earlier
+// repair finishing, not this case's drift.
+func (e *env) waitMachineAtRest(t *testing.T) {
+	t.Helper()
+	const bound = 30 * time.Second
+	deadline := time.Now().Add(bound)
+	last := ""
+	for {
+		out, _, err := e.h.Shell(e.ctx, `m="$(machinectl show kube1 -p Leader --value)"; `+
+			`nsenter -t "$m" -a -- systemctl list-jobs --no-legend; `+
+			`nsenter -t "$m" -a -- systemctl show kubelet.service containerd.service -p SubState --value`)
+		last = strings.TrimSpace(out)
+		// No job lines, and both SubStates running.
+		if err == nil && strings.Join(strings.Fields(last), " ") == "running running" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("machine kube1 not at rest within %v (jobs, then the kubelet's and containerd's SubState):\n%s", bound, last)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
