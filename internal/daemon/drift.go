@@ -40,18 +40,9 @@ func (k *MachineKeeper) keepNode(ctx context.Context, name string, a *state.Appl
 		k.Log.Debug("machine not up yet; drift repair waits for the next pass", "machine", name, "state", st)
 		return errors.Join(errs...)
 	}
-	restart, reload, err := k.restoreFiles(ctx, name, a)
+	restart, reload, restored, err := k.restoreFiles(ctx, name, a)
 	errs = append(errs, err)
-	if reload {
-		if _, err := k.Control.Exec(ctx, name, "systemctl", "daemon-reload"); err != nil {
-			errs = append(errs, fmt.Errorf("daemon-reload: %w", err))
-		}
-	}
-	for _, u := range restart {
-		if _, err := k.Control.Exec(ctx, name, "systemctl", "restart", u); err != nil {
-			errs = append(errs, fmt.Errorf("restart %s: %w", u, err))
-		}
-	}
+	errs = append(errs, k.restartRestored(ctx, name, restart, reload, restored))
 	// A queued job is a unit on its way, and it can leave a unit inactive
 	// only for now: an admin's `systemctl stop containerd` stops the
 	// kubelet first (it Requires containerd). Starting the kubelet then
@@ -71,22 +62,65 @@ func (k *MachineKeeper) keepNode(ctx context.Context, name string, a *state.Appl
 	return errors.Join(errs...)
 }
 
+// restoredFile is a node file drift repair put back, reported once the
+// unit that reads it was restarted.
+type restoredFile struct{ kind, what, unit string }
+
+// restartRestored reloads systemd when a unit file was restored, restarts
+// the units that read the restored files, and only then reports each
+// repair: the Event and `status` say "restored it and restarted X" when
+// X runs the restored file, not before (a reader acting on the Event
+// found systemd not yet reloaded).
+func (k *MachineKeeper) restartRestored(ctx context.Context, name string, restart []string, reload bool, restored []restoredFile) error {
+	var errs []error
+	failed := map[string]error{}
+	if reload {
+		if _, err := k.Control.Exec(ctx, name, "systemctl", "daemon-reload"); err != nil {
+			errs = append(errs, fmt.Errorf("daemon-reload: %w", err))
+			for _, u := range restart {
+				failed[u] = err
+			}
+		}
+	}
+	for _, u := range restart {
+		if failed[u] != nil {
+			continue
+		}
+		if _, err := k.Control.Exec(ctx, name, "systemctl", "restart", u); err != nil {
+			failed[u] = err
+			errs = append(errs, fmt.Errorf("restart %s: %w", u, err))
+		}
+	}
+	for _, r := range restored {
+		if err := failed[r.unit]; err != nil {
+			k.Events.Warning(ctx, events.ReasonRepairFailed, "%s, but %s could not be restarted: %v", r.what, r.unit, err)
+			continue
+		}
+		then := ""
+		if r.unit != "" {
+			then = " and restarted " + r.unit
+		}
+		k.repaired(ctx, r.kind, r.what+then)
+	}
+	return errors.Join(errs...)
+}
+
 // restoreFiles puts back each recorded node file that drifted and says
-// which units read them (to restart) and whether a unit file was among
-// them (systemd reloads first).
-func (k *MachineKeeper) restoreFiles(ctx context.Context, name string, a *state.Applied) (restart []string, reload bool, err error) {
+// which units read them (to restart), whether a unit file was among them
+// (systemd reloads first), and what it restored.
+func (k *MachineKeeper) restoreFiles(ctx context.Context, name string, a *state.Applied) (restart []string, reload bool, restored []restoredFile, err error) {
 	if len(a.NodeFiles) == 0 {
-		return nil, false, nil // a join by an agent that recorded none
+		return nil, false, nil, nil // a join by an agent that recorded none
 	}
 	root := machine.Dir(k.Layout, name)
 	drift, err := node.FindDrift(root, a.NodeFiles)
 	if err != nil || len(drift) == 0 {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	rendered, err := k.render()
 	if err != nil {
 		k.Events.Warning(ctx, events.ReasonRepairFailed, "%d node file(s) in machine %s changed (%s) and cannot be restored: %v", len(drift), name, drift[0].Path, err)
-		return nil, false, fmt.Errorf("restore node files: %w", err)
+		return nil, false, nil, fmt.Errorf("restore node files: %w", err)
 	}
 	var errs []error
 	for _, d := range drift {
@@ -109,13 +143,10 @@ func (k *MachineKeeper) restoreFiles(ctx context.Context, name string, a *state.
 		if d.How == "deleted" {
 			kind = RepairNodeFileDeleted
 		}
-		then := ""
-		if unit != "" {
-			then = " and restarted " + unit
-		}
-		k.repaired(ctx, kind, fmt.Sprintf("%s in machine %s was %s; aks-flex-node restored it%s", d.Path, name, d.How, then))
+		restored = append(restored, restoredFile{kind: kind, unit: unit,
+			what: fmt.Sprintf("%s in machine %s was %s; aks-flex-node restored it", d.Path, name, d.How)})
 	}
-	return restart, reload, errors.Join(errs...)
+	return restart, reload, restored, errors.Join(errs...)
 }
 
 // render is the agent's rendering of the node files from the config file

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -30,6 +31,8 @@ type driftHost struct {
 	units  map[string]string // unit or machine service -> ActiveState
 	system string            // is-system-running
 	jobs   string            // systemctl list-jobs --no-legend
+	// failRestart is a unit whose restart fails.
+	failRestart string
 }
 
 func newDriftHost(t *testing.T) *driftHost {
@@ -87,6 +90,9 @@ func newDriftHost(t *testing.T) *driftHost {
 		case name == "nsenter" && slices.Contains(args, "is-active"):
 			return []byte(h.units[args[len(args)-1]] + "\n"), nil
 		case name == "nsenter" && slices.Contains(args, "restart"):
+			if args[len(args)-1] == h.failRestart {
+				return []byte("Job failed"), errors.New("exit status 1")
+			}
 			h.units[args[len(args)-1]] = "active"
 		}
 		return nil, nil
@@ -256,5 +262,28 @@ func TestKeepNodeLeavesUnitsWhileJobsAreQueued(t *testing.T) {
 	h.keep(t)
 	if !h.inMachine("systemctl restart kubelet.service") || !h.inMachine("systemctl restart containerd.service") {
 		t.Errorf("units not started once the machine was at rest: %q", h.calls)
+	}
+}
+
+// A restored file is reported only once the unit that reads it runs it:
+// when the restart fails, no "restored it and restarted" repair is
+// recorded (a reader of that Event would act on a unit not yet
+// restarted), and the pass fails naming the unit.
+func TestKeepNodeReportsARestoreOnlyAfterItsRestart(t *testing.T) {
+	h := newDriftHost(t)
+	cfg := filepath.Join(h.root, node.KubeletConfigFile)
+	want, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, cfg, append(append([]byte{}, want...), "maxPods: 3\n"...))
+	h.failRestart = node.KubeletUnitName
+	h.calls = nil
+	err = h.k.Keep(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "restart "+node.KubeletUnitName) {
+		t.Errorf("keep: %v, want the failed restart named", err)
+	}
+	if r := h.repairs(t); len(r) != 0 {
+		t.Errorf("repairs recorded before the restart that failed: %q", r)
 	}
 }
