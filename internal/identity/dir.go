@@ -32,11 +32,7 @@ func SaveDir(dir string, s Spec) (changed bool, err error) {
 	if err := fsutil.MkdirAll(dir, 0o700); err != nil {
 		return false, err
 	}
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return false, err
-	}
-	c1, err := fsutil.WriteFile(filepath.Join(dir, specFile), append(data, '\n'), 0o600)
+	c1, err := fsutil.WriteJSON(filepath.Join(dir, specFile), s)
 	if err != nil {
 		return false, err
 	}

@@ -25,6 +25,16 @@ type Control struct {
 	// terminated; 0 means 90s, what a machine waiting on pod processes
 	// was measured to need.
 	StopTimeout time.Duration
+	// EscalateTimeout bounds each wait after terminate and after SIGKILL;
+	// 0 means 30s.
+	EscalateTimeout time.Duration
+}
+
+func (c *Control) escalateTimeout() time.Duration {
+	if c.EscalateTimeout > 0 {
+		return c.EscalateTimeout
+	}
+	return 30 * time.Second
 }
 
 func (c *Control) run(ctx context.Context, name string, args ...string) ([]byte, error) {
@@ -74,8 +84,9 @@ func (c *Control) State(ctx context.Context, name string) (string, error) {
 func stopped(state string) bool { return state == "inactive" || state == "failed" }
 
 // Stop shuts machine name down: machinectl poweroff, a bounded wait for
-// the unit to go inactive, then machinectl terminate. A stopped machine is
-// left alone.
+// the unit to go inactive, then machinectl terminate, then SIGKILL to
+// every process of the machine's unit, each with a bounded wait. A stopped
+// machine is left alone.
 func (c *Control) Stop(ctx context.Context, name string) error {
 	st, err := c.State(ctx, name)
 	if err != nil {
@@ -107,8 +118,30 @@ func (c *Control) Stop(ctx context.Context, name string) error {
 		}
 		return fmt.Errorf("stop machine %s: %w", name, errors.Join(poweroffErr, err))
 	}
-	if err := c.waitStopped(ctx, name, 30*time.Second); err != nil {
-		return fmt.Errorf("stop machine %s: terminated but %w", name, err)
+	termErr := c.waitStopped(ctx, name, c.escalateTimeout())
+	if termErr == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("stop machine %s: terminated but %w", name, termErr)
+	}
+	return c.kill(ctx, name, termErr)
+}
+
+// kill is the last step of Stop: SIGKILL to every process of the
+// machine's unit. A process that ignores SIGTERM as PID 1 of a container
+// in the machine (busybox httpd does) keeps systemd-nspawn deactivating
+// for the machine's own stop timeout; reset and repave must not fail on
+// it, and the kubelet's pods were drained or are being removed anyway.
+func (c *Control) kill(ctx context.Context, name string, termErr error) error {
+	if _, err := c.run(ctx, "systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", ServiceName(name)); err != nil {
+		if st, serr := c.State(ctx, name); serr == nil && stopped(st) {
+			return nil
+		}
+		return fmt.Errorf("stop machine %s: terminated but %w; SIGKILL: %w", name, termErr, err)
+	}
+	if err := c.waitStopped(ctx, name, c.escalateTimeout()); err != nil {
+		return fmt.Errorf("stop machine %s: killed but %w", name, err)
 	}
 	return nil
 }

@@ -238,6 +238,56 @@ func TestStopEscalatesToTerminate(t *testing.T) {
 	}
 }
 
+// A process that ignores SIGTERM as a container's PID 1 keeps the
+// machine deactivating through poweroff and terminate: Stop kills it.
+func TestStopKillsAMachineTerminateCannotStop(t *testing.T) {
+	var mu sync.Mutex
+	state := "active"
+	h := &fakeHost{f: func(cmd string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.HasPrefix(cmd, "systemctl show"):
+			return []byte("ActiveState=" + state + "\n"), nil
+		case cmd == "machinectl poweroff kube1", cmd == "machinectl terminate kube1":
+			state = "deactivating"
+		case cmd == "systemctl kill --kill-whom=all --signal=SIGKILL systemd-nspawn@kube1.service":
+			state = "failed"
+		}
+		return nil, nil
+	}}
+	c := &Control{Run: h.run, Poll: time.Millisecond, StopTimeout: 20 * time.Millisecond, EscalateTimeout: 20 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Stop(ctx, "kube1"); err != nil {
+		t.Fatal(err)
+	}
+	calls := strings.Join(h.calls, "\n")
+	for _, want := range []string{"machinectl poweroff kube1", "machinectl terminate kube1", "systemctl kill --kill-whom=all --signal=SIGKILL systemd-nspawn@kube1.service"} {
+		if !strings.Contains(calls, want) {
+			t.Errorf("no %q in:\n%s", want, calls)
+		}
+	}
+
+	// Nothing stops it: the error says what was tried and the last state.
+	state = "active"
+	h.f = func(cmd string) ([]byte, error) {
+		if strings.HasPrefix(cmd, "systemctl show") {
+			mu.Lock()
+			defer mu.Unlock()
+			return []byte("ActiveState=" + state + "\n"), nil
+		}
+		mu.Lock()
+		state = "deactivating"
+		mu.Unlock()
+		return nil, nil
+	}
+	err := c.Stop(ctx, "kube1")
+	if err == nil || !strings.Contains(err.Error(), "stop machine kube1: killed but still deactivating") {
+		t.Fatalf("err=%v", err)
+	}
+}
+
 func TestStopCleanPoweroff(t *testing.T) {
 	state := "active"
 	var mu sync.Mutex

@@ -172,10 +172,6 @@ func (s *Store) update(change func(*storeData)) error {
 		sd = &storeData{}
 	}
 	change(sd)
-	data, err := json.MarshalIndent(sd, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fsutil.WriteFile(filepath.Join(s.dir, File), append(data, '\n'), 0o600)
+	_, err = fsutil.WriteJSON(filepath.Join(s.dir, File), sd)
 	return err
 }

@@ -1,11 +1,6 @@
 package state
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -38,27 +33,16 @@ func RecordRepair(dir string, r Repair) error {
 	if len(list) > keptRepairs {
 		list = list[len(list)-keptRepairs:]
 	}
-	data, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fsutil.WriteFile(filepath.Join(dir, RepairsFile), append(data, '\n'), 0o600)
+	_, err = fsutil.WriteJSON(filepath.Join(dir, RepairsFile), list)
 	return err
 }
 
 // LastRepairs reads the recorded repairs, oldest first; none when there
 // is no file.
 func LastRepairs(dir string) ([]Repair, error) {
-	data, err := os.ReadFile(filepath.Join(dir, RepairsFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var list []Repair
-	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, RepairsFile), err)
+	if _, err := fsutil.ReadJSON(filepath.Join(dir, RepairsFile), &list); err != nil {
+		return nil, err
 	}
 	return list, nil
 }

@@ -1,11 +1,6 @@
 package state
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -60,11 +55,7 @@ type Sides struct {
 
 // SaveSides writes s to dir atomically (0600).
 func SaveSides(dir string, s Sides) error {
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fsutil.WriteFile(filepath.Join(dir, SidesFile), append(data, '\n'), 0o600)
+	_, err := fsutil.WriteJSON(filepath.Join(dir, SidesFile), s)
 	return err
 }
 
@@ -72,19 +63,16 @@ func SaveSides(dir string, s Sides) error {
 // repaved has none: its pair is derived from the applied state (the
 // active side and what it runs). (nil, nil) when neither exists.
 func LoadSides(dir string) (*Sides, error) {
-	data, err := os.ReadFile(filepath.Join(dir, SidesFile))
-	if err == nil {
-		var s Sides
-		if err := json.Unmarshal(data, &s); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, SidesFile), err)
-		}
+	var s Sides
+	found, err := fsutil.ReadJSON(filepath.Join(dir, SidesFile), &s)
+	if err != nil {
+		return nil, err
+	}
+	if found {
 		if s.Machines == nil {
 			s.Machines = map[string]Side{}
 		}
 		return &s, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
 	}
 	a, err := LoadApplied(dir)
 	if err != nil || a == nil {

@@ -143,16 +143,9 @@ type Tracker struct {
 // OpenTracker loads the tracker in dir (empty when absent).
 func OpenTracker(dir string) (*Tracker, error) {
 	t := &Tracker{path: filepath.Join(dir, TrackerFile), paths: map[string]bool{}}
-	data, err := os.ReadFile(t.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return t, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var list []string
-	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, fmt.Errorf("%s: %w", t.path, err)
+	if _, err := fsutil.ReadJSON(t.path, &list); err != nil {
+		return nil, err
 	}
 	for _, p := range list {
 		t.paths[p] = true
@@ -172,8 +165,7 @@ func (t *Tracker) Add(paths ...string) error {
 	if !added {
 		return nil
 	}
-	data, _ := json.MarshalIndent(t.List(), "", "  ")
-	_, err := fsutil.WriteFile(t.path, append(data, '\n'), 0o600)
+	_, err := fsutil.WriteJSON(t.path, t.List())
 	return err
 }
 

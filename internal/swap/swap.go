@@ -6,8 +6,6 @@
 package swap
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -131,23 +129,15 @@ func RecordMasked(stateDir string, units []string) error {
 			have = append(have, u)
 		}
 	}
-	data, _ := json.MarshalIndent(have, "", "  ")
-	_, err = fsutil.WriteFile(filepath.Join(stateDir, MaskedFile), append(data, '\n'), 0o600)
+	_, err = fsutil.WriteJSON(filepath.Join(stateDir, MaskedFile), have)
 	return err
 }
 
 // Masked is the record of the units start masked.
 func Masked(stateDir string) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(stateDir, MaskedFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var units []string
-	if err := json.Unmarshal(bytes.TrimSpace(data), &units); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(stateDir, MaskedFile), err)
+	if _, err := fsutil.ReadJSON(filepath.Join(stateDir, MaskedFile), &units); err != nil {
+		return nil, err
 	}
 	return units, nil
 }
