@@ -3,6 +3,7 @@ package repave
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -108,8 +109,9 @@ func (w *workload) relaxBudget(t *testing.T) {
 
 // record is `node upgrade --output json`'s record, and status's.
 type record struct {
-	FromMachine, ToMachine, FromVersion, ToVersion, Result, Reason string
-	Duration                                                       time.Duration
+	FromMachine, ToMachine, FromVersion, ToVersion, Result, Reason, Step string
+	Started                                                              time.Time
+	Duration                                                             time.Duration
 }
 
 type sides struct {
@@ -119,22 +121,32 @@ type sides struct {
 		ImageDigest       string `json:"imageDigest"`
 		Failed            string `json:"failed"`
 	} `json:"machines"`
-	Last *record `json:"last"`
+	Last     *record `json:"last"`
+	InFlight *record `json:"inFlight"`
 }
 
 func (e *env) status(t *testing.T) sides {
 	t.Helper()
+	s, err := e.statusOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// statusOf is `status --output json`'s node part.
+func (e *env) statusOf() (sides, error) {
 	out, stderr, err := e.h.Run(e.ctx, agent, "status", "--output", "json")
 	if err != nil {
-		t.Fatalf("status: %v\n%s", err, stderr)
+		return sides{}, fmt.Errorf("status: %w\n%s", err, stderr)
 	}
 	var s struct {
 		Node sides `json:"node"`
 	}
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
-		t.Fatalf("status json: %v\n%s", err, out)
+		return sides{}, fmt.Errorf("status json: %w\n%s", err, out)
 	}
-	return s.Node
+	return s.Node, nil
 }
 
 // machineState is the ActiveState of a machine's unit on the host.
