@@ -107,6 +107,25 @@ func (w *workload) relaxBudget(t *testing.T) {
 	}
 }
 
+// remove deletes the Deployment and its budget and waits for the pods to
+// be gone.
+func (w *workload) remove(t *testing.T) {
+	t.Helper()
+	if err := w.c.AppsV1().Deployments("default").Delete(w.ctx, app, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.PolicyV1().PodDisruptionBudgets("default").Delete(w.ctx, app, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(w.ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := w.c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the %s pods are not gone after 2m", app)
+	}
+}
+
 // record is `node upgrade --output json`'s record, and status's.
 type record struct {
 	FromMachine, ToMachine, FromVersion, ToVersion, Result, Reason, Step string
