@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/preflight"
+	"github.com/Azure/aks-flex-node/internal/recovery"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -37,6 +40,9 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 	}
 	defer lock.Release()
 	dir := o.Layout.OnRoot(o.Layout.StateDir())
+	if err := r.recoverInterrupted(ctx); err != nil {
+		return nil, err
+	}
 	if a, err := state.LoadApplied(dir); err != nil || a == nil || a.Machine != r.applied.Machine {
 		return nil, errors.Join(ErrStateMoved, err)
 	}
@@ -56,6 +62,9 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 	runner := r.runner()
 	for _, p := range r.Phases(mode) {
 		rec.Step = p.Name
+		if p.Name == "drain" {
+			rec.WasUnschedulable = r.unschedulable(ctx)
+		}
 		sides.InFlight = rec
 		if err := state.SaveSides(dir, *sides); err != nil {
 			return rec, err
@@ -77,6 +86,29 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 	}
 	r.start.progressf("node %s repaved from %s (%s) to %s (%s) in %v", r.opts.Config.Agent.NodeName, rec.FromMachine, rec.FromVersion, rec.ToMachine, rec.ToVersion, rec.Duration)
 	return rec, nil
+}
+
+// recoverInterrupted finishes a repave a crash or a power cut left in
+// flight (internal/recovery), under the node lock Run holds, before this
+// one looks at the applied state.
+func (r *Repave) recoverInterrupted(ctx context.Context) error {
+	rec, err := recovery.Repave(ctx, recovery.Env{Layout: r.opts.Layout, Control: r.from.Control,
+		Client: r.client.Get, NodeName: r.opts.Config.Agent.NodeName, Log: r.opts.Log, Now: r.opts.Now})
+	if rec != nil {
+		r.start.progressf("an interrupted repave was recovered: %s", rec.Reason)
+	}
+	return err
+}
+
+// unschedulable says whether the Node is cordoned already (by someone
+// else) as the drain begins; unknown is false.
+func (r *Repave) unschedulable(ctx context.Context) bool {
+	cs, err := r.client.Get()
+	if err != nil {
+		return false
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, r.opts.Config.Agent.NodeName, metav1.GetOptions{})
+	return err == nil && n.Spec.Unschedulable
 }
 
 func (r *Repave) runner() *task.Runner {

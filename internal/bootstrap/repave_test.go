@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -222,4 +223,42 @@ func taskOutput(t *testing.T, r *Repave, h *fakeHost) *task.Output[time.Time] {
 		t.Fatalf("stop-active-machine left kube1 %s", h.state["kube1"])
 	}
 	return r.heartbeat
+}
+
+// `node upgrade` first finishes a repave a crash left in flight (here one
+// killed after it started the new side, the node cordoned): the applied
+// state's side alone runs, the Node is uncordoned and the record closed as
+// interrupted, before the new repave looks at the state.
+func TestRepaveRecoversAnInterruptedOneFirst(t *testing.T) {
+	h := newFakeHost(t, "kube2", "1.35.4")
+	r, l := newTestRepave(t, h, "kube1", "1.34.2")
+	dir := l.OnRoot(l.StateDir())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.SaveApplied(dir, state.Applied{NodeName: "n1", Machine: "kube1", KubernetesVersion: "1.34.2"}); err != nil {
+		t.Fatal(err)
+	}
+	sides, rec := sidesFor("kube1", "1.34.2")
+	rec.Step = SwitchPhase
+	if err := state.SaveSides(dir, *sides); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SetUnschedulable(t.Context(), r.client, "n1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.recoverInterrupted(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if h.state["kube1"] != "active" || h.state["kube2"] != "inactive" {
+		t.Errorf("machines after the recovery: %v", h.state)
+	}
+	n, _ := h.cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{})
+	if n.Spec.Unschedulable {
+		t.Error("the Node is left cordoned")
+	}
+	got, err := state.LoadSides(dir)
+	if err != nil || got.InFlight != nil || got.Last == nil || got.Last.Result != state.RepaveInterrupted || got.Active != "kube1" {
+		t.Fatalf("sides after the recovery: %+v (%v)", got, err)
+	}
 }

@@ -35,7 +35,10 @@ active, the inactive side stopped; this needs no API server. Once the API
 server answers, a Node deleted without the deletion taint is registered
 again (the kubelet restarted), and a Node carrying
 kubernetes.azure.com/flex-node-deleting=true:NoSchedule is drained and the
-host reset (the agent stops for good; it never deletes the Node). Each
+host reset (the agent stops for good; it never deletes the Node), and a
+repave whose node upgrade was killed or lost power is finished: the side
+the applied state names runs alone, the Node is uncordoned if that repave
+cordoned it, and status shows the repave as interrupted. Each
 repair is a log line, a metric, an entry status shows, and an Event
 (Repaired, or RepairFailed) on the Node, recorded with the node's own
 credential; so is a rollback of an agent upgrade (RolledBack).

@@ -62,6 +62,12 @@ The config file is not changed: components.kubernetes there still names the
 version the node joined with; the state (status) says what each machine
 runs. node upgrade holds the node lock, as start does.
 
+Crash safety: a node upgrade killed, or a host that lost power, at any step
+is finished by the agent (finish-repave) or by the next node upgrade, before
+it repaves: the side the applied state names (the new one once save-state
+ran, the old one before) runs alone, the other stopped first; the Node is
+uncordoned if that repave cordoned it; status shows it as interrupted.
+
 Phases, in order, and their tasks (each task logs one line,
 task=<name> status=ok changed=<bool>; rollback runs only on a failure in
 switch):

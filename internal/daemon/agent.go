@@ -55,6 +55,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 			cfg.UserAgent = events.Component
 			return kubernetes.NewForConfig(cfg)
 		}
+		a.Loops = append(a.Loops, FinishRepave(keeper, nodeClient, c.Agent.NodeName))
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
 			Reset: func(ctx context.Context) error { return startDeletionReset(ctx, l) },
 		}))

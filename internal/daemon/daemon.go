@@ -8,7 +8,9 @@
 // keep-node-object (nodeobject.go), which registers a deleted Node again
 // and resets a host whose Node carries the deletion taint; keep-pod-routes
 // (podroutes.go), which routes to the other Nodes' pod CIDRs from a watch
-// on the Nodes; and
+// on the Nodes; finish-repave (repave.go), which finishes a repave whose
+// process died (internal/recovery's rule, which keep-machine follows too:
+// the applied state's side runs, the other is stopped first); and
 // report-upgrade-outcome, which records a rollback of an agent upgrade as
 // an Event on the Node. Repave is a further Loop to come; every loop
 // reports through the same metrics registry and event recorder. Loops that change the node hold the node

@@ -81,7 +81,7 @@ func TestMachineKeeperWaitsForAnotherLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-released
-	if len(calls) != 2 || calls[1] != "machinectl start "+layout.MachineBlue {
+	if len(calls) != 3 || calls[2] != "machinectl start "+layout.MachineBlue { // the state of each side, then the start
 		t.Fatalf("the keeper did not start the machine after the other loop: %q", calls)
 	}
 }

@@ -106,6 +106,13 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 		// would fight them. The next interval looks again.
 		return nil
 	}
+	// The other side first: after an interrupted repave it may be the
+	// one running, and two machines must never run as the node.
+	if name == k.active(applied) {
+		if err := k.stopOtherSide(ctx, name); err != nil {
+			return fmt.Errorf("keep machine %s: %w", name, err)
+		}
+	}
 	k.Log.Warn("machine is not running on a joined host; starting it", "machine", name, "state", st, "joined-marker", k.Layout.JoinedMarker())
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
@@ -115,6 +122,15 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	}
 	k.repaired(ctx, RepairMachineStarted, fmt.Sprintf("machine %s was %s on a joined host; aks-flex-node started it", name, st))
 	return nil
+}
+
+// active is the side the applied state names (the layout's first before
+// a join recorded one).
+func (k *MachineKeeper) active(a *state.Applied) string {
+	if a != nil && a.Machine != "" {
+		return a.Machine
+	}
+	return layout.MachineBlue
 }
 
 // joined says whether start's joined marker is there.

@@ -127,7 +127,7 @@ func TestMachineKeeperSkipsWhileTheNodeLockIsHeld(t *testing.T) {
 	if err := k.Keep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if len(calls) != 2 || calls[1] != "machinectl start "+layout.MachineBlue {
+	if len(calls) != 3 || calls[2] != "machinectl start "+layout.MachineBlue { // the state of each side, then the start
 		t.Fatalf("after start released the lock: %q", calls)
 	}
 	// The keeper released the lock after its pass.
@@ -135,5 +135,53 @@ func TestMachineKeeperSkipsWhileTheNodeLockIsHeld(t *testing.T) {
 		t.Fatalf("lock after the keeper's pass: %v", err)
 	} else {
 		lk.Release()
+	}
+}
+
+// A joined host whose active side is stopped while the other side runs
+// (a repave killed after it started the new side): the keeper stops the
+// other side before it starts the active one, never both running.
+func TestMachineKeeperStopsTheOtherSideFirst(t *testing.T) {
+	l, err := layout.New(t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := l.OnRoot(l.JoinedMarker())
+	if err := os.MkdirAll(filepath.Dir(m), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{layout.MachineBlue: "inactive", layout.MachineGreen: "active"}
+	var calls []string
+	run := func(_ context.Context, name string, args ...string) ([]byte, error) {
+		if name == "systemctl" && args[0] == "show" {
+			for m, st := range states {
+				if args[1] == machine.ServiceName(m) {
+					return []byte("ActiveState=" + st + "\n"), nil
+				}
+			}
+		}
+		if name == "machinectl" {
+			calls = append(calls, args[0]+" "+args[1])
+			if args[0] == "poweroff" {
+				states[args[1]] = "inactive"
+			}
+			if states[layout.MachineBlue] == "active" && states[layout.MachineGreen] == "active" {
+				t.Errorf("both machines running after %q", calls)
+			}
+			if args[0] == "start" {
+				states[args[1]] = "active"
+			}
+		}
+		return nil, nil
+	}
+	k := &MachineKeeper{Layout: l, Control: &machine.Control{Run: run, Poll: time.Millisecond}, Log: slog.New(slog.DiscardHandler)}
+	if err := k.Keep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"poweroff " + layout.MachineGreen, "start " + layout.MachineBlue}; strings.Join(calls, ",") != strings.Join(want, ",") {
+		t.Fatalf("machinectl calls %q, want %q", calls, want)
 	}
 }

@@ -28,6 +28,10 @@ const (
 	RepaveSucceeded  = "succeeded"
 	RepaveRolledBack = "rolled-back"
 	RepaveFailed     = "failed" // refused or failed before the active side stopped
+	// RepaveInterrupted is a repave whose process died (kill -9, a power
+	// cut) before it closed its record: the agent, or the next `node
+	// upgrade`, closed it (Sides.CloseInterrupted).
+	RepaveInterrupted = "interrupted"
 )
 
 // Repave is one repave: from which side and version to which, when, the
@@ -43,6 +47,9 @@ type Repave struct {
 	Duration    time.Duration `json:"duration,omitempty"`
 	Result      string        `json:"result,omitempty"`
 	Reason      string        `json:"reason,omitempty"`
+	// WasUnschedulable says the Node was cordoned before this repave's
+	// drain: closing an interrupted repave leaves it so.
+	WasUnschedulable bool `json:"wasUnschedulable,omitempty"`
 }
 
 // Sides is the content of SidesFile.

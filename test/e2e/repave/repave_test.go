@@ -65,7 +65,7 @@ type env struct {
 
 func TestRepave(t *testing.T) {
 	aclhost.RequireE2E(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	e := &env{ctx: ctx}
 	binDir, err := controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl")
@@ -94,6 +94,7 @@ func TestRepave(t *testing.T) {
 	must(t, err)
 	dist := t.TempDir()
 	buildAgent(t, dist+"/aks-flex-node")
+	buildAgent(t, dist+"/aks-flex-node-fp", "failpoints")
 	e.h = aclhost.MustStart(t, aclhost.Options{Variant: aclhost.ACL, Name: "repave", NetNS: e.net.NS, ExtraArgs: []string{
 		"--bind=" + t.TempDir() + ":/var/lib/machines",
 		"--bind-ro=" + layoutDir + ":/var/lib/aks-flex-node-test/worker",
@@ -111,6 +112,7 @@ func TestRepave(t *testing.T) {
 		}
 	})
 	must(t, e.h.CopyIn(dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755))
+	must(t, e.h.CopyIn(dist+"/aks-flex-node-fp", fpAgent, 0o755))
 	must(t, e.h.CopyIn(filepath.Join(repoRoot(), "scripts", "install.sh"), "/root/dist/install.sh", 0o755))
 	must(t, e.h.WriteFile("/etc/aks-flex-node/config.json", e.config(firstManifest), 0o600))
 	sum, _, err := fsutil.FileSHA256(dist + "/aks-flex-node")
@@ -130,6 +132,10 @@ func TestRepave(t *testing.T) {
 	t.Run("kube1-to-kube2", func(t *testing.T) { e.upgrade(t, w, "kube1", "kube2", "") })
 	t.Run("kube2-to-kube1", func(t *testing.T) { e.upgrade(t, w, "kube2", "kube1", worker2Ref) })
 	t.Run("rollback", e.rollback)
+	// The matrix runs 33 repaves: without pods to evict each is shorter,
+	// and what it checks is which machine runs, not the pods.
+	w.remove(t)
+	t.Run("crash-matrix", e.crashMatrix)
 }
 
 func (e *env) config(m fixtures.Manifest) []byte {
@@ -172,8 +178,9 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func buildAgent(t *testing.T, out string) {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version=v1.0.0-e2e", "./cmd/aks-flex-node")
+// buildAgent builds the agent to out, with the build tags given.
+func buildAgent(t *testing.T, out string, tags ...string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", strings.Join(tags, ","), "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version=v1.0.0-e2e", "./cmd/aks-flex-node")
 	cmd.Dir = repoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

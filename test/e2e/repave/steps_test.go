@@ -3,6 +3,7 @@ package repave
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -106,10 +107,30 @@ func (w *workload) relaxBudget(t *testing.T) {
 	}
 }
 
+// remove deletes the Deployment and its budget and waits for the pods to
+// be gone.
+func (w *workload) remove(t *testing.T) {
+	t.Helper()
+	if err := w.c.AppsV1().Deployments("default").Delete(w.ctx, app, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.PolicyV1().PodDisruptionBudgets("default").Delete(w.ctx, app, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(w.ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := w.c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the %s pods are not gone after 2m", app)
+	}
+}
+
 // record is `node upgrade --output json`'s record, and status's.
 type record struct {
-	FromMachine, ToMachine, FromVersion, ToVersion, Result, Reason string
-	Duration                                                       time.Duration
+	FromMachine, ToMachine, FromVersion, ToVersion, Result, Reason, Step string
+	Started                                                              time.Time
+	Duration                                                             time.Duration
 }
 
 type sides struct {
@@ -119,22 +140,32 @@ type sides struct {
 		ImageDigest       string `json:"imageDigest"`
 		Failed            string `json:"failed"`
 	} `json:"machines"`
-	Last *record `json:"last"`
+	Last     *record `json:"last"`
+	InFlight *record `json:"inFlight"`
 }
 
 func (e *env) status(t *testing.T) sides {
 	t.Helper()
+	s, err := e.statusOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// statusOf is `status --output json`'s node part.
+func (e *env) statusOf() (sides, error) {
 	out, stderr, err := e.h.Run(e.ctx, agent, "status", "--output", "json")
 	if err != nil {
-		t.Fatalf("status: %v\n%s", err, stderr)
+		return sides{}, fmt.Errorf("status: %w\n%s", err, stderr)
 	}
 	var s struct {
 		Node sides `json:"node"`
 	}
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
-		t.Fatalf("status json: %v\n%s", err, out)
+		return sides{}, fmt.Errorf("status json: %w\n%s", err, out)
 	}
-	return s.Node
+	return s.Node, nil
 }
 
 // machineState is the ActiveState of a machine's unit on the host.
