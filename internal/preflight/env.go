@@ -79,8 +79,9 @@ type Env struct {
 	// host (Root "/") and probes nothing on an image tree.
 	ReadHostNet func(ctx context.Context) (network.HostNet, []network.Route, error)
 
-	// ServerVersion, when set, reads the API server's version (the
-	// version-skew check's probe, `node upgrade` only).
+	// ServerVersion, when set, reads the API server's version: the
+	// probe of node upgrade's version-skew check and of start's
+	// node-version check when start repaves.
 	ServerVersion func(ctx context.Context) (string, error)
 
 	// FetchToken gets a token for an identity; nil asks its endpoint

@@ -61,6 +61,9 @@ type env struct {
 	cp  *controlplane.ControlPlane
 	net *netlab.Link
 	h   *aclhost.Host
+	// next is the manifest of the bundle at version: start-repaves's
+	// config names it.
+	next fixtures.Manifest
 }
 
 func TestRepave(t *testing.T) {
@@ -73,8 +76,9 @@ func TestRepave(t *testing.T) {
 	layoutDir, _, err := fixtures.WorkerImage(ctx, t.Logf)
 	must(t, err)
 	worker2 := otherWorkerImage(t, layoutDir)
-	bundle, _, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: version})
+	bundle, next, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: version})
 	must(t, err)
+	e.next = next
 	bad, _, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: failingKubelet(t), KubectlPath: binDir + "/kubectl", KubernetesVersion: failing})
 	must(t, err)
 	first, firstManifest, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: previousKubelet(t), KubectlPath: binDir + "/kubectl", KubernetesVersion: joined})
@@ -127,7 +131,7 @@ func TestRepave(t *testing.T) {
 	w := e.deploy(t)
 	t.Run("pdb-blocks-the-drain", func(t *testing.T) { e.blockedDrain(t, w) })
 	w.relaxBudget(t)
-	t.Run("kube1-to-kube2", func(t *testing.T) { e.upgrade(t, w, "kube1", "kube2", "") })
+	t.Run("start-repaves-kube1-to-kube2", func(t *testing.T) { e.startRepave(t, w) })
 	t.Run("kube2-to-kube1", func(t *testing.T) { e.upgrade(t, w, "kube2", "kube1", worker2Ref) })
 	t.Run("rollback", e.rollback)
 }
