@@ -2,11 +2,12 @@
 // host joined to a real control plane runs a Deployment of 2 replicas
 // with a PodDisruptionBudget (minAvailable 1); `node upgrade` refuses to
 // break the budget (its drain times out naming the pod, the node is
-// uncordoned, kube1 still serves), then repaves onto kube2 with another
-// worker image (pods evicted, the Node's name and UID unchanged, kube1
-// stopped), back onto kube1, and a repave to a bundle whose kubelet exits
-// at start rolls back: the old side Ready and uncordoned, the reason in
-// `status`.
+// uncordoned, kube1 still serves), then `start` with the config's
+// components.kubernetes changed repaves onto kube2 (pods evicted, the
+// Node's name and UID unchanged, kube1 stopped), `node upgrade` with
+// another worker image back onto kube1, and a repave to a bundle whose
+// kubelet exits at start rolls back: the old side Ready and uncordoned,
+// the reason in `status`.
 //
 // The node joins at 1.34.2 (a kubelet built from the module proxy by
 // build-k8s.sh --module cmd-1.34, cached like the control plane's), the
