@@ -87,7 +87,7 @@ func (s *Start) changeFrom(ctx context.Context, m string, side state.Side) strin
 func (s *Start) runRepave(ctx context.Context, r *Repave, why string, pf Preflight, began time.Time) (bool, error) {
 	s.progressf("%s: repaving the node from machine %s to machine %s", why, r.From(), r.To())
 	checks := func(ctx context.Context) error {
-		pf.Env.Config = r.start.opts.Config
+		pf.Env.Config, pf.Env.Repaving = r.start.opts.Config, why
 		r.wireChecks(pf.Env)
 		return runPreflight(ctx, preflight.StartChecks(pf.Env), pf, s.opts.Log, time.Now())
 	}

@@ -84,6 +84,12 @@ type Env struct {
 	// node-version check when start repaves.
 	ServerVersion func(ctx context.Context) (string, error)
 
+	// Repaving, when set, says why this start repaves the joined node
+	// (the config changed what its active machine runs): the node on
+	// the host is not a stale install then, and existing-deployment
+	// says so instead of suggesting a reset.
+	Repaving string
+
 	// FetchToken gets a token for an identity; nil asks its endpoint
 	// (identity.Fetch). Tests substitute it.
 	FetchToken func(ctx context.Context, s identity.Spec) (identity.Token, error)
