@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/node"
@@ -70,6 +71,9 @@ type Repave struct {
 	client    *NodeClient
 	heartbeat *task.Output[time.Time]
 	chosen    *task.Output[ImageChoice]
+	// events records how the repave ended on the Node, with the node's
+	// credential (which hand-over-identity gives both sides).
+	events *events.Recorder
 }
 
 // NewRepave prepares a repave of the node applied describes (the state
@@ -98,6 +102,7 @@ func NewRepave(o RepaveOptions, applied state.Applied) *Repave {
 	r.client = &NodeClient{New: func() (kubernetes.Interface, error) {
 		return o.NewClient(oldConfig, o.Layout, r.from.Root())
 	}}
+	r.events = events.New(o.Config.Agent.NodeName, r.client.Get, o.Log)
 	return r
 }
 

@@ -39,6 +39,14 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 		return nil, err
 	}
 	defer lock.Release()
+	return r.runLocked(ctx, func(ctx context.Context) error { return r.preflight(ctx, pf) }, began)
+}
+
+// runLocked is Run once the node lock is held (by node upgrade, or by a
+// start that repaves): checks runs the preflight checks that refuse, then the
+// phases run. began is when the command began.
+func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) error, began time.Time) (*state.Repave, error) {
+	o := r.opts
 	dir := o.Layout.OnRoot(o.Layout.StateDir())
 	if err := r.recoverInterrupted(ctx); err != nil {
 		return nil, err
@@ -46,7 +54,7 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 	if a, err := state.LoadApplied(dir); err != nil || a == nil || a.Machine != r.applied.Machine {
 		return nil, errors.Join(ErrStateMoved, err)
 	}
-	if err := r.preflight(ctx, pf); err != nil {
+	if err := checks(ctx); err != nil {
 		return nil, err
 	}
 	mode, err := machine.HostCgroupMode(o.Layout.Root())
@@ -84,6 +92,7 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 	if err := state.SaveSides(dir, *sides); err != nil {
 		return rec, err
 	}
+	r.report(ctx, rec)
 	r.start.progressf("node %s repaved from %s (%s) to %s (%s) in %v", r.opts.Config.Agent.NodeName, rec.FromMachine, rec.FromVersion, rec.ToMachine, rec.ToVersion, rec.Duration)
 	return rec, nil
 }
@@ -175,6 +184,7 @@ func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repa
 	if serr := state.SaveSides(dir, *sides); serr != nil {
 		err = errors.Join(err, serr)
 	}
+	r.report(uctx, rec)
 	return err
 }
 
@@ -185,8 +195,15 @@ func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repa
 func (r *Repave) preflight(ctx context.Context, pf Preflight) error {
 	began := time.Now()
 	pf.Env.Config = r.start.opts.Config
-	r.start.WireChecks(pf.Env)
-	pf.Env.ServerVersion = func(ctx context.Context) (string, error) {
+	r.wireChecks(pf.Env)
+	return runPreflight(ctx, preflight.RepaveChecks(pf.Env), pf, r.opts.Log, began)
+}
+
+// wireChecks plugs the new side's stager and provisioner into env's
+// source checks, and the API server, as the node, into its skew checks.
+func (r *Repave) wireChecks(env *preflight.Env) {
+	r.start.WireChecks(env)
+	env.ServerVersion = func(ctx context.Context) (string, error) {
 		cs, err := r.client.Get()
 		if err != nil {
 			return "", err
@@ -197,5 +214,4 @@ func (r *Repave) preflight(ctx context.Context, pf Preflight) error {
 		}
 		return v.GitVersion, nil
 	}
-	return runPreflight(ctx, preflight.RepaveChecks(pf.Env), pf, r.opts.Log, began)
 }

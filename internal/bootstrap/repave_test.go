@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -156,6 +158,51 @@ func TestRepaveRollsBackANewSideThatIsNotReady(t *testing.T) {
 		!strings.Contains(got.Machines["kube2"].Failed, "not Ready") {
 		t.Errorf("sides after the rollback: %+v %+v, %v", got, got.Last, lerr)
 	}
+	if ev := nodeEvents(t, h)[events.ReasonRolledBack]; !strings.Contains(ev, "Warning: repave from machine kube1 (Kubernetes 1.34.2) to machine kube2 (Kubernetes 1.35.4): rolled back: machine kube2 did not become Ready: node n1 not Ready at kubelet 1.35.4") ||
+		!strings.Contains(ev, "machine kube1 serves again") {
+		t.Errorf("RolledBack Event: %q", ev)
+	}
+	repaveMetric(t, l, "rolled-back", 1)
+}
+
+// nodeEvents are the Events recorded, by reason: "type: message".
+func nodeEvents(t *testing.T, h *fakeHost) map[string]string {
+	t.Helper()
+	evs, err := h.cs.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range evs.Items {
+		out[e.Reason] = e.Type + ": " + e.Message
+	}
+	return out
+}
+
+// repaveMetric checks the repave histogram's count for result, as the
+// agent serves it from the store.
+func repaveMetric(t *testing.T, l layout.Layout, result string, want uint64) {
+	t.Helper()
+	mfs, err := metrics.NewRegistry(l).Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.Namespace+"_repave_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "result" && lp.GetValue() == result {
+					if got := m.GetHistogram().GetSampleCount(); got != want {
+						t.Errorf("repave_duration_seconds{result=%q} count %d, want %d", result, got, want)
+					}
+					return
+				}
+			}
+		}
+	}
+	t.Errorf("no repave_duration_seconds{result=%q} in %d metric families", result, len(mfs))
 }
 
 // A rollback whose old side does not come back either says so, and the
@@ -193,6 +240,10 @@ func TestRepaveFailedDrainUncordons(t *testing.T) {
 	if got, _ := state.LoadSides(l.OnRoot(l.StateDir())); got.Last.Result != state.RepaveFailed || got.Active != "kube1" {
 		t.Errorf("sides: %+v", got)
 	}
+	if ev := nodeEvents(t, h)[events.ReasonRepaveFailed]; !strings.Contains(ev, "Warning: repave from machine kube1 (Kubernetes 1.34.2) to machine kube2 (Kubernetes 1.35.4) failed after") || !strings.Contains(ev, "default/a") {
+		t.Errorf("RepaveFailed Event: %q", ev)
+	}
+	repaveMetric(t, l, "failed", 1)
 }
 
 // The new side is Ready only at the new version with a heartbeat after

@@ -36,6 +36,10 @@ type Options struct {
 	ProcDir     string // default /proc
 	Machine     string // default the layout's active machine
 	JoinTimeout time.Duration
+	// DrainTimeout bounds the drain of a start that repaves (the config
+	// names another version or worker image than the active machine
+	// runs); zero is RepaveOptions' default.
+	DrainTimeout time.Duration
 	// KeepImageCache keeps the layer cache on reset.
 	KeepImageCache bool
 	// Now is the clock durations are measured with; nil means time.Now.
@@ -163,7 +167,9 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 // Run runs start under the node lock: the preflight phase, which refuses
 // (a *RefusedError) before anything on the host changes, then the phases
 // of tasks. Preflight runs under the lock too, so what it saw is what the
-// tasks find.
+// tasks find. On a joined node whose config names another Kubernetes
+// version or worker image than the active machine runs, the phases are a
+// repave's (repaveDue), as node upgrade runs them.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
 	start := s.opts.Now()
 	if s.opts.Observer != nil {
@@ -174,6 +180,9 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 		return false, err
 	}
 	defer lock.Release()
+	if r, why := s.repaveDue(ctx); r != nil {
+		return s.runRepave(ctx, r, why, pf, start)
+	}
 	if err := s.preflight(ctx, pf); err != nil {
 		return false, err
 	}

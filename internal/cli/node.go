@@ -60,7 +60,15 @@ API server and at most 3 minor versions older (version-skew).
 
 The config file is not changed: components.kubernetes there still names the
 version the node joined with; the state (status) says what each machine
-runs. node upgrade holds the node lock, as start does.
+runs. The config is start's truth, though: a start with that config repaves
+the node back to the version (and worker image) it names. Set
+components.kubernetes (and bootstrap.ociImage) to what node upgrade moved
+the node to, or change the config and run start instead of node upgrade.
+node upgrade holds the node lock, as start does.
+
+Each repave's end is an Event on the Node (Repaved with both machines and
+versions and the duration; RolledBack or RepaveFailed with the reason) and
+a sample of aks_flex_node_repave_duration_seconds by result.
 
 Crash safety: a node upgrade killed, or a host that lost power, at any step
 is finished by the agent (finish-repave) or by the next node upgrade, before

@@ -17,7 +17,7 @@ import (
 func newStartCommand() *cobra.Command {
 	var path string
 	var opts preflight.Options
-	var timeout, lockTimeout time.Duration
+	var timeout, drainTimeout, lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:     "start",
 		Aliases: []string{"bootstrap"},
@@ -33,6 +33,19 @@ plugin, token kubelogin) and for the Node to be Ready; save the applied state
 and start aks-flex-node-agent.service.
 
 A second start on a converged host changes nothing and says so.
+
+On a joined node whose config names another Kubernetes version
+(components.kubernetes) or worker image (bootstrap.ociImage, or a reference
+that now resolves to another digest) than the active machine runs, start
+does not install into the running machine: it repaves the node onto the
+other machine (kube1 <-> kube2) as "node upgrade" does, with the same phases
+and tasks (see "aks-flex-node node upgrade --help"): the new machine
+prepared while the old one serves, cordon and drain (bounded by
+--drain-timeout), the switch with the node's identity handed over, Ready at
+the new version within --join-timeout or a rollback to the old machine.
+Preflight is start's, judging the new machine's bundle and worker image;
+node-version is then the new kubelet's version skew against the API server.
+Afterwards the config is the truth: the next start changes nothing.
 
 On a terminal, start shows each task as it runs, with its elapsed time and
 what a long wait (the TLS bootstrap, the Node turning Ready) waits for, each
@@ -78,12 +91,13 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
 				// After a repave the node runs in the other machine:
 				// start converges that one.
-				Machine:     daemon.ActiveMachine(l),
-				Log:         con.Log,
-				Progress:    con.Progress,
-				Observer:    con.Observer,
-				JoinTimeout: timeout,
-				Lock:        lockWait(cmd, l, lockTimeout),
+				Machine:      daemon.ActiveMachine(l),
+				Log:          con.Log,
+				Progress:     con.Progress,
+				Observer:     con.Observer,
+				JoinTimeout:  timeout,
+				DrainTimeout: drainTimeout,
+				Lock:         lockWait(cmd, l, lockTimeout),
 			})
 			pf := bootstrap.Preflight{
 				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
@@ -104,7 +118,8 @@ moves the failure after the node joined; name it to ignore it anyway.`,
 	}
 	addConfigFlag(cmd, &path)
 	preflight.AddFlags(cmd.Flags(), &opts)
-	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready")
+	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready (on a repave: at the new version, before rolling back)")
+	cmd.Flags().DurationVar(&drainTimeout, "drain-timeout", 5*time.Minute, "when start repaves (the config names another version or worker image): how long the drain may take before the repave gives up (and uncordons)")
 	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }

@@ -40,6 +40,7 @@ const (
 	ReasonRepairFailed = "RepairFailed"
 	ReasonRepaved      = "Repaved"
 	ReasonRolledBack   = "RolledBack"
+	ReasonRepaveFailed = "RepaveFailed"
 	ReasonReset        = "Reset"
 )
 

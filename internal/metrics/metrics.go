@@ -28,7 +28,7 @@ const Namespace = "aks_flex_node"
 // Operations measured by commands and kept in the Store.
 const (
 	OpJoin    = "join"
-	OpRepave  = "repave"
+	OpRepave  = "repave"  // label: result (succeeded, rolled-back, failed)
 	OpUpgrade = "upgrade" // labels: component (agent, node) and result
 )
 
@@ -43,7 +43,7 @@ var operationBuckets = map[string][]float64{
 // operationHelp describes each operation's histogram.
 var operationHelp = map[string]string{
 	OpJoin:    "Time start took to join the node (preflight to joined), for each start that changed the host.",
-	OpRepave:  "Time a repave took to bring the node up on the other machine.",
+	OpRepave:  "Time a repave (node upgrade, or a start that repaves) took from its start to its outcome, by result.",
 	OpUpgrade: "Time an upgrade took from its start to its outcome, by component and result.",
 }
 

@@ -37,8 +37,9 @@ const (
 	// NameAgentBinary is start's own: can install-agent-service, which
 	// runs after the join, seed the upgrade slots.
 	NameAgentBinary = "agent-binary"
-	// NameNodeVersion is start's own too: the node that runs here runs the
-	// config's Kubernetes version (a change is node upgrade's repave).
+	// NameNodeVersion is start's own too: when the config names another
+	// Kubernetes version than the node runs, start repaves, and the new
+	// kubelet must be within the API server's version skew.
 	NameNodeVersion = "node-version"
 )
 

@@ -32,6 +32,10 @@ func TestExistingDeployment(t *testing.T) {
 	// The same host with a changed config is an install this config did not make.
 	h.set("agent.logLevel", "debug")
 	want(t, h.run(NameExistingDeployment), SeverityWarning, "different config", state.ConfigDigest(data)[:12], "aks-flex-node reset")
+	// Unless it is the node this start repaves to the changed config.
+	env = h.env()
+	env.Repaving = "components.kubernetes is 1.35.4; machine kube2 runs 1.34.2"
+	want(t, runNamed(t, env, NameExistingDeployment), SeverityOK, "records another config (configSHA256 "+state.ConfigDigest(data)[:12], "start repaves the node to this one: components.kubernetes is 1.35.4")
 
 	h.file("var/lib/aks-flex-node/state.json", `{"machines": {}}`)
 	want(t, h.run(NameExistingDeployment), SeverityWarning, "no configSHA256", "aks-flex-node reset")

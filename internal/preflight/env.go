@@ -79,9 +79,16 @@ type Env struct {
 	// host (Root "/") and probes nothing on an image tree.
 	ReadHostNet func(ctx context.Context) (network.HostNet, []network.Route, error)
 
-	// ServerVersion, when set, reads the API server's version (the
-	// version-skew check's probe, `node upgrade` only).
+	// ServerVersion, when set, reads the API server's version: the
+	// probe of node upgrade's version-skew check and of start's
+	// node-version check when start repaves.
 	ServerVersion func(ctx context.Context) (string, error)
+
+	// Repaving, when set, says why this start repaves the joined node
+	// (the config changed what its active machine runs): the node on
+	// the host is not a stale install then, and existing-deployment
+	// says so instead of suggesting a reset.
+	Repaving string
 
 	// FetchToken gets a token for an identity; nil asks its endpoint
 	// (identity.Fetch). Tests substitute it.

@@ -50,6 +50,9 @@ func existingDeploymentCheck(e *Env) Check {
 			if strings.EqualFold(strings.TrimSpace(recordedSum), want) {
 				return OK("converged: a re-run of start changes nothing (%s records the sha256 of %s)", statePath, e.configFile())
 			}
+			if e.Repaving != "" {
+				return OK("%s records another config (configSHA256 %s); start repaves the node to this one: %s", statePath, short(recordedSum), e.Repaving)
+			}
 			recorded := "configSHA256 " + short(recordedSum)
 			if recordedSum == "" {
 				recorded = "no configSHA256"

@@ -2,20 +2,21 @@ package preflight
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
-// nodeVersionCheck asks whether start would change the Kubernetes version
-// of a node that already runs. start installs components into the active
-// machine in place, with no drain, skew check or way back; moving a node
-// between versions is `node upgrade`'s blue/green repave. And `node
-// upgrade` does not edit the config, so after one the config names the
-// version the node left: a start then would quietly undo the repave. Both
-// are refused here, before anything changes. A host with no node yet (no
-// applied state, no sides record) passes.
+// nodeVersionCheck is start's version-skew check. On a node that already
+// runs, a config that names another Kubernetes version makes start
+// repave the node onto the other machine (as node upgrade does), and the
+// new kubelet must be one the API server supports: not newer, at most
+// MaxKubeletSkew minor versions older (KubeletSkew, probed through
+// env.ServerVersion, which start sets when it repaves). A version change
+// start would not repave (the state does not say which machine serves,
+// as after a crash in the middle of a repave) would install the version
+// into the running machine in place, and is refused. A host with no node
+// yet, and a node at the config's version, pass.
 func nodeVersionCheck(e *Env) Check {
 	dir := e.Layout.OnRoot(e.Layout.StateDir())
 	return NewCheck(NameNodeVersion, e.Layout.StateDir(), func(ctx context.Context) Result {
@@ -31,13 +32,18 @@ func nodeVersionCheck(e *Env) Check {
 		if have == "" || strings.TrimPrefix(have, "v") == strings.TrimPrefix(want, "v") {
 			return OK("machine %s runs Kubernetes %s, as the config says", sides.Active, want)
 		}
-		how := "start"
-		if sides.Last != nil && sides.Last.ToMachine == sides.Active {
-			how = fmt.Sprintf("node upgrade, %s", sides.Last.Finished.UTC().Format("2006-01-02T15:04:05Z"))
+		if e.ServerVersion == nil {
+			return Error("run `aks-flex-node status` to see which machine serves, and `aks-flex-node node upgrade --kubernetes-version "+want+"` to move the node",
+				"machine %s runs Kubernetes %s but the config says %s, and the node's state does not say which machine start would repave: start would install %s into the running machine in place, with no drain and no way back",
+				sides.Active, have, want, want)
 		}
-		return Error(fmt.Sprintf("set components.kubernetes to %s in %s to keep the node as it is (node upgrade does not edit the config), or move the node with `aks-flex-node node upgrade --kubernetes-version %s`, which drains it and can roll back",
-			have, e.ConfigFile, want),
-			"machine %s runs Kubernetes %s (%s) but the config says %s: start would install %s into the running machine in place, with no drain and no way back",
-			sides.Active, have, how, want, want)
+		server, err := e.ServerVersion(ctx)
+		if err != nil {
+			return Error("check that the API server is reachable with the node's credential", "cannot read the API server's version: %v", err)
+		}
+		if err := KubeletSkew(want, server); err != nil {
+			return Error("set components.kubernetes in "+e.ConfigFile+" to a version at most the API server's and at most 3 minor versions older ("+have+" keeps the node as it is)", "start would repave machine %s from Kubernetes %s: %v", sides.Active, have, err)
+		}
+		return OK("start repaves machine %s from Kubernetes %s to %s: kubelet %s against API server %s", sides.Active, have, want, want, server)
 	})
 }

@@ -70,6 +70,10 @@ func TestUnitsAndRecord(t *testing.T) {
 	if want := []string{"swapfile.swap", "dev-sdb3.swap"}; !slices.Equal(units, want) {
 		t.Fatalf("units %q, want %q", units, want)
 	}
+	files := []byte("var-swap2.swap enabled -\ngen.swap generated -\nold.swap masked -\n")
+	if got, want := Units(files), []string{"var-swap2.swap", "gen.swap"}; !slices.Equal(got, want) {
+		t.Errorf("unit files %q, want %q", got, want)
+	}
 	dir := t.TempDir()
 	if err := RecordMasked(dir, units); err != nil {
 		t.Fatal(err)
@@ -80,5 +84,68 @@ func TestUnitsAndRecord(t *testing.T) {
 	got, err := Masked(dir)
 	if want := []string{"swapfile.swap", "dev-sdb3.swap", "x.swap"}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("record %q %v, want %q", got, err, want)
+	}
+}
+
+// An admin's swap unit file in the unit dir is moved aside (recorded
+// first) so a mask link can take its name; a link or no file is left
+// alone; PutBack puts the file back over the mask link, byte for byte,
+// skips a unit recorded but never moved, and never overwrites a file.
+func TestMoveAsideAndPutBack(t *testing.T) {
+	state, units := t.TempDir(), t.TempDir()
+	const unit, text = "var-swap2.swap", "[Swap]\nWhat=/var/swap2\n"
+	p := filepath.Join(units, unit)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/null", filepath.Join(units, "dev-sdb2.swap")); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"dev-sdb2.swap", "none.swap"} {
+		if moved, err := MoveAside(state, units, u); moved || err != nil {
+			t.Errorf("MoveAside(%s) = %v, %v; want nothing moved", u, moved, err)
+		}
+	}
+	moved, err := MoveAside(state, units, unit)
+	if !moved || err != nil {
+		t.Fatalf("MoveAside = %v, %v", moved, err)
+	}
+	if rec, _ := Moved(state); !slices.Equal(rec, []string{unit}) {
+		t.Errorf("record %v", rec)
+	}
+	if _, err := os.Lstat(p); !os.IsNotExist(err) {
+		t.Fatalf("%s still there: %v", p, err)
+	}
+	// What systemctl mask does next.
+	if err := os.Symlink("/dev/null", p); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(state, MovedFile, []string{"never-moved.swap"}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := PutBack(state, units)
+	if err != nil || !slices.Equal(back, []string{unit}) {
+		t.Fatalf("PutBack = %v, %v", back, err)
+	}
+	if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("%s after PutBack: %v %v", p, fi, err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != text {
+		t.Errorf("%s after PutBack: %q", p, got)
+	}
+	if entries, _ := os.ReadDir(units); len(entries) != 2 {
+		t.Errorf("unit dir after PutBack: %v", entries)
+	}
+	if back, err := PutBack(state, units); len(back) != 0 || err != nil {
+		t.Errorf("second PutBack = %v, %v", back, err)
+	}
+	if _, err := MoveAside(state, units, unit); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("[Swap]\nWhat=/other\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PutBack(state, units); err == nil {
+		t.Errorf("PutBack over a file of that name succeeded")
 	}
 }

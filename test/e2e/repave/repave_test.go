@@ -2,11 +2,12 @@
 // host joined to a real control plane runs a Deployment of 2 replicas
 // with a PodDisruptionBudget (minAvailable 1); `node upgrade` refuses to
 // break the budget (its drain times out naming the pod, the node is
-// uncordoned, kube1 still serves), then repaves onto kube2 with another
-// worker image (pods evicted, the Node's name and UID unchanged, kube1
-// stopped), back onto kube1, and a repave to a bundle whose kubelet exits
-// at start rolls back: the old side Ready and uncordoned, the reason in
-// `status`.
+// uncordoned, kube1 still serves), then `start` with the config's
+// components.kubernetes changed repaves onto kube2 (pods evicted, the
+// Node's name and UID unchanged, kube1 stopped), `node upgrade` with
+// another worker image back onto kube1, and a repave to a bundle whose
+// kubelet exits at start rolls back: the old side Ready and uncordoned,
+// the reason in `status`.
 //
 // The node joins at 1.34.2 (a kubelet built from the module proxy by
 // build-k8s.sh --module cmd-1.34, cached like the control plane's), the
@@ -61,6 +62,9 @@ type env struct {
 	cp  *controlplane.ControlPlane
 	net *netlab.Link
 	h   *aclhost.Host
+	// next is the manifest of the bundle at version: start-repaves's
+	// config names it.
+	next fixtures.Manifest
 }
 
 func TestRepave(t *testing.T) {
@@ -73,8 +77,9 @@ func TestRepave(t *testing.T) {
 	layoutDir, _, err := fixtures.WorkerImage(ctx, t.Logf)
 	must(t, err)
 	worker2 := otherWorkerImage(t, layoutDir)
-	bundle, _, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: version})
+	bundle, next, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: version})
 	must(t, err)
+	e.next = next
 	bad, _, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: failingKubelet(t), KubectlPath: binDir + "/kubectl", KubernetesVersion: failing})
 	must(t, err)
 	first, firstManifest, err := fixtures.Bundle(ctx, t.Logf, fixtures.BundleOptions{KubeletPath: previousKubelet(t), KubectlPath: binDir + "/kubectl", KubernetesVersion: joined})
@@ -129,7 +134,7 @@ func TestRepave(t *testing.T) {
 	w := e.deploy(t)
 	t.Run("pdb-blocks-the-drain", func(t *testing.T) { e.blockedDrain(t, w) })
 	w.relaxBudget(t)
-	t.Run("kube1-to-kube2", func(t *testing.T) { e.upgrade(t, w, "kube1", "kube2", "") })
+	t.Run("start-repaves-kube1-to-kube2", func(t *testing.T) { e.startRepave(t, w) })
 	t.Run("kube2-to-kube1", func(t *testing.T) { e.upgrade(t, w, "kube2", "kube1", worker2Ref) })
 	t.Run("rollback", e.rollback)
 	// The matrix runs 33 repaves: without pods to evict each is shorter,

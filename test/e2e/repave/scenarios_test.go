@@ -43,15 +43,22 @@ func (e *env) blockedDrain(t *testing.T, w *workload) {
 // once uncordoned), the Node's name and UID unchanged, Ready at the
 // version, the old side stopped, status saying so.
 func (e *env) upgrade(t *testing.T, w *workload, from, to, image string) {
-	before := e.node(t)
-	t.Logf("repave %s (kubelet %s) -> %s (kubelet v%s)", from, before.Status.NodeInfo.KubeletVersion, to, version)
-	pods := w.waitRunning(t)
 	args := []string{"--kubernetes-version", version, "--drain-timeout", "2m", "--ready-timeout", "2m"}
 	if image != "" {
 		args = append(args, "--image", image)
 	}
+	e.repave(t, w, from, to, image, func() (record, string, error) { return e.nodeUpgrade(t, args...) })
+}
+
+// repave checks one repave from one side to the other that run (node
+// upgrade, or a start with a changed config) makes, returning its record
+// and log.
+func (e *env) repave(t *testing.T, w *workload, from, to, image string, run func() (record, string, error)) {
+	before := e.node(t)
+	t.Logf("repave %s (kubelet %s) -> %s (kubelet v%s)", from, before.Status.NodeInfo.KubeletVersion, to, version)
+	pods := w.waitRunning(t)
 	watch := e.watchNode(t)
-	r, log, err := e.nodeUpgrade(t, args...)
+	r, log, err := run()
 	if err != nil || r.Result != "succeeded" || r.FromMachine != from || r.ToMachine != to {
 		watch.stop()
 		t.Fatalf("node upgrade %s -> %s: %v, record %+v", from, to, err, r)
