@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/state"
@@ -27,6 +30,12 @@ var keepInStateDir = map[string]bool{layout.InstallRecordName: true, nodelock.Fi
 type removeTrackedPaths struct {
 	layout layout.Layout
 	log    *slog.Logger
+	// keepStaged keeps the staged bundles and their verification
+	// records (reset --keep-image-cache).
+	keepStaged bool
+	// keptRecords are the names of the records kept, in the state dir's
+	// record dir.
+	keptRecords map[string]bool
 }
 
 // RemoveTrackedPaths returns the task that removes every path start
@@ -34,8 +43,12 @@ type removeTrackedPaths struct {
 // directories that are empty once ours are gone (the identity dir, with
 // its token cache, is ours wholesale). It keeps the agent
 // binary's slots, links and recovery script, and the install record.
-func RemoveTrackedPaths(l layout.Layout, log *slog.Logger) task.Task {
-	return &removeTrackedPaths{layout: l, log: log}
+// With keepStaged it also keeps the staged bundles (a registry's bundle
+// pulled, upstream's files downloaded) and their verification records:
+// the next start checks them by the registry's digest and the record
+// instead of pulling and unpacking them again.
+func RemoveTrackedPaths(l layout.Layout, log *slog.Logger, keepStaged bool) task.Task {
+	return &removeTrackedPaths{layout: l, log: log, keepStaged: keepStaged}
 }
 
 func (t *removeTrackedPaths) Name() string { return "remove-tracked-paths" }
@@ -55,9 +68,17 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 	paths = append(paths,
 		l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256",
 		l.JoinedMarker(), l.StateDir()+"/"+state.TrackerFile, l.StateDir())
+	if t.keepStaged {
+		if t.keptRecords, err = artifact.StagedRecords(l); err != nil {
+			return task.Result{}, fmt.Errorf("list the staged bundles to keep: %w", err)
+		}
+	}
 	changed := false
 	var errs []error
 	for _, hp := range dedupeDeepestFirst(paths) {
+		if t.kept(hp) {
+			continue
+		}
 		removed, err := t.remove(hp)
 		if err != nil {
 			errs = append(errs, err)
@@ -65,6 +86,39 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 		changed = changed || removed
 	}
 	return task.Result{Changed: changed}, errors.Join(errs...)
+}
+
+// kept: hp is a staged bundle, or a record of one, that keepStaged keeps.
+func (t *removeTrackedPaths) kept(hp string) bool {
+	if !t.keepStaged {
+		return false
+	}
+	l := t.layout
+	records := l.StateDir() + "/" + artifact.RecordDir
+	switch {
+	case hp == l.BundlesDir() || strings.HasPrefix(hp, l.BundlesDir()+"/"):
+		return true
+	case hp == records:
+		return len(t.keptRecords) > 0
+	case strings.HasPrefix(hp, records+"/"):
+		return t.keptRecords[path.Base(hp)]
+	}
+	return false
+}
+
+// inStateDir is what stays in the state dir: keepInStateDir, and with
+// keepStaged the staged bundles and the record dir (whose other records
+// went before it, deepest first).
+func (t *removeTrackedPaths) inStateDir() map[string]bool {
+	if !t.keepStaged {
+		return keepInStateDir
+	}
+	keep := maps.Clone(keepInStateDir)
+	keep[path.Base(t.layout.BundlesDir())] = true
+	if len(t.keptRecords) > 0 {
+		keep[artifact.RecordDir] = true
+	}
+	return keep
 }
 
 // remove removes one tracked host path the way its kind asks.
@@ -87,7 +141,7 @@ func (t *removeTrackedPaths) remove(hp string) (bool, error) {
 	case owned:
 		err = os.RemoveAll(full)
 	case hp == l.StateDir():
-		removed, err = removeDirExcept(full, keepInStateDir)
+		removed, err = removeDirExcept(full, t.inStateDir())
 	case hp == l.LibDir():
 		// The upgrade slots, their links and the recovery script are
 		// the agent binary, which reset keeps.

@@ -20,7 +20,8 @@ import (
 // namespace (owned routes, the bridge, netfilter state), then what start
 // changed on the host to keep swap off, then every path start tracked
 // (the network phase reads start's record of the host before this
-// removes it).
+// removes it) but, with o.KeepImageCache, the staged bundles and their
+// verification records.
 func ResetPhases(o Options) []task.Phase {
 	o.setDefaults()
 	l := o.Layout
@@ -36,7 +37,7 @@ func ResetPhases(o Options) []task.Phase {
 		{Name: "machines", Tasks: machines},
 		{Name: "network", Tasks: []task.Task{RemoveHostRoutes(h), RemoveBridgeNetwork(h)}},
 		{Name: "host", Tasks: []task.Task{RestoreSwap(l, o.Exec)}},
-		{Name: "files", Tasks: []task.Task{RemoveTrackedPaths(l, o.Log)}},
+		{Name: "files", Tasks: []task.Task{RemoveTrackedPaths(l, o.Log, o.KeepImageCache)}},
 	}
 }
 
