@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
-	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
 // Verification records: a bundle is hashed in full once, and then only
@@ -84,37 +81,9 @@ func bundleKey(dir string) string {
 // recordPath is the record of bundle dir (a path this process opens),
 // named by the dir's digest so that any path maps to one file name.
 func (s *Stager) recordPath(dir string) (host, onRoot string) {
-	host = filepath.Join(s.Layout.StateDir(), RecordDir, recordName(dir))
-	return host, s.Layout.OnRoot(host)
-}
-
-func recordName(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
-	return hex.EncodeToString(sum[:8]) + ".json"
-}
-
-// StagedRecords are the file names, in the state dir's RecordDir, of the
-// verification records of the bundles staged under l's bundles dir: what
-// a reset that keeps the staged bundles keeps of the records, so the
-// next start trusts them as a converged start does (the registry's
-// digest against the staged marker, every file's stat against the
-// record) instead of hashing them again.
-func StagedRecords(l layout.Layout) (map[string]bool, error) {
-	root := l.OnRoot(l.BundlesDir())
-	des, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]bool{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	names := map[string]bool{}
-	for _, de := range des {
-		if de.IsDir() {
-			names[recordName(bundleKey(filepath.Join(root, de.Name())))] = true
-		}
-	}
-	return names, nil
+	host = filepath.Join(s.Layout.StateDir(), RecordDir, hex.EncodeToString(sum[:8])+".json")
+	return host, s.Layout.OnRoot(host)
 }
 
 // manifestDigest reads dir's manifest.json (a regular file, bounded) and

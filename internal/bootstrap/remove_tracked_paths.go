@@ -30,12 +30,9 @@ var keepInStateDir = map[string]bool{layout.InstallRecordName: true, nodelock.Fi
 type removeTrackedPaths struct {
 	layout layout.Layout
 	log    *slog.Logger
-	// keepStaged keeps the staged bundles and their verification
-	// records (reset --keep-image-cache).
-	keepStaged bool
-	// keptRecords are the names of the records kept, in the state dir's
-	// record dir.
-	keptRecords map[string]bool
+	// keepCaches keeps the staged bundles and the verification records
+	// (reset --keep-image-cache).
+	keepCaches bool
 }
 
 // RemoveTrackedPaths returns the task that removes every path start
@@ -43,12 +40,13 @@ type removeTrackedPaths struct {
 // directories that are empty once ours are gone (the identity dir, with
 // its token cache, is ours wholesale). It keeps the agent
 // binary's slots, links and recovery script, and the install record.
-// With keepStaged it also keeps the staged bundles (a registry's bundle
-// pulled, upstream's files downloaded) and their verification records:
-// the next start checks them by the registry's digest and the record
-// instead of pulling and unpacking them again.
-func RemoveTrackedPaths(l layout.Layout, log *slog.Logger, keepStaged bool) task.Task {
-	return &removeTrackedPaths{layout: l, log: log, keepStaged: keepStaged}
+// With keepCaches it also keeps the staged bundles (a registry's bundle
+// pulled, upstream's files downloaded) and the bundles' verification
+// records: the next start checks a staged bundle by the registry's digest
+// and every bundle by its record, as a converged start does, instead of
+// pulling and hashing again.
+func RemoveTrackedPaths(l layout.Layout, log *slog.Logger, keepCaches bool) task.Task {
+	return &removeTrackedPaths{layout: l, log: log, keepCaches: keepCaches}
 }
 
 func (t *removeTrackedPaths) Name() string { return "remove-tracked-paths" }
@@ -68,11 +66,6 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 	paths = append(paths,
 		l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256",
 		l.JoinedMarker(), l.StateDir()+"/"+state.TrackerFile, l.StateDir())
-	if t.keepStaged {
-		if t.keptRecords, err = artifact.StagedRecords(l); err != nil {
-			return task.Result{}, fmt.Errorf("list the staged bundles to keep: %w", err)
-		}
-	}
 	changed := false
 	var errs []error
 	for _, hp := range dedupeDeepestFirst(paths) {
@@ -88,36 +81,29 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 	return task.Result{Changed: changed}, errors.Join(errs...)
 }
 
-// kept: hp is a staged bundle, or a record of one, that keepStaged keeps.
+// kept: hp is a staged bundle or a verification record, and keepCaches
+// keeps them.
 func (t *removeTrackedPaths) kept(hp string) bool {
-	if !t.keepStaged {
+	if !t.keepCaches {
 		return false
 	}
-	l := t.layout
-	records := l.StateDir() + "/" + artifact.RecordDir
-	switch {
-	case hp == l.BundlesDir() || strings.HasPrefix(hp, l.BundlesDir()+"/"):
-		return true
-	case hp == records:
-		return len(t.keptRecords) > 0
-	case strings.HasPrefix(hp, records+"/"):
-		return t.keptRecords[path.Base(hp)]
+	for _, dir := range []string{t.layout.BundlesDir(), t.layout.StateDir() + "/" + artifact.RecordDir} {
+		if hp == dir || strings.HasPrefix(hp, dir+"/") {
+			return true
+		}
 	}
 	return false
 }
 
 // inStateDir is what stays in the state dir: keepInStateDir, and with
-// keepStaged the staged bundles and the record dir (whose other records
-// went before it, deepest first).
+// keepCaches the staged bundles and the verification records.
 func (t *removeTrackedPaths) inStateDir() map[string]bool {
-	if !t.keepStaged {
+	if !t.keepCaches {
 		return keepInStateDir
 	}
 	keep := maps.Clone(keepInStateDir)
 	keep[path.Base(t.layout.BundlesDir())] = true
-	if len(t.keptRecords) > 0 {
-		keep[artifact.RecordDir] = true
-	}
+	keep[artifact.RecordDir] = true
 	return keep
 }
 

@@ -20,8 +20,8 @@ import (
 // namespace (owned routes, the bridge, netfilter state), then what start
 // changed on the host to keep swap off, then every path start tracked
 // (the network phase reads start's record of the host before this
-// removes it) but, with o.KeepImageCache, the staged bundles and their
-// verification records.
+// removes it) but, with o.KeepImageCache, the staged bundles and the
+// bundles' verification records.
 func ResetPhases(o Options) []task.Phase {
 	o.setDefaults()
 	l := o.Layout
