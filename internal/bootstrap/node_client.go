@@ -47,35 +47,34 @@ func readyHeartbeat(ctx context.Context, cs kubernetes.Interface, name string) (
 // sameVersion compares Kubernetes versions with or without their "v".
 func sameVersion(a, b string) bool { return strings.TrimPrefix(a, "v") == strings.TrimPrefix(b, "v") }
 
-// waitReadyAt polls, up to timeout, until the Node is Ready at kubelet
-// version v with a heartbeat after after: posted by a kubelet that
-// started since, not the Ready the stopped one left behind.
-func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, after time.Time, timeout time.Duration, progress func(string)) error {
+// readyWant is what a wait for the Node's Ready asks beyond Ready=True:
+// the kubelet version (any when ""), and a heartbeat later than after,
+// which is when since happened ("the switch", "the kubelet started").
+type readyWant struct {
+	version string
+	after   time.Time
+	since   string
+}
+
+// waitReadyAt polls, up to timeout, until the Node is Ready as want asks:
+// at want's kubelet version, with a heartbeat after want.after, posted by
+// a kubelet that runs since then, not the Ready one that stopped left
+// behind. wait-node-ready (start) and wait-node-version (repave) both
+// wait this way.
+func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) error {
 	last := ""
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		status := ""
-		done := false
+		status, done := "", false
 		switch {
 		case err != nil && last != "" && nearBound(ctx):
 			return false, nil // the bound itself; keep what was last seen
 		case err != nil:
 			status = "node not readable: " + err.Error()
-		case !sameVersion(n.Status.NodeInfo.KubeletVersion, v):
-			status = "kubelet " + n.Status.NodeInfo.KubeletVersion + " reported, waiting for " + v
+		case want.version != "" && !sameVersion(n.Status.NodeInfo.KubeletVersion, want.version):
+			status = "kubelet " + n.Status.NodeInfo.KubeletVersion + " reported, waiting for " + want.version
 		default:
-			status = "kubelet " + v + " reported, not Ready"
-			for _, c := range n.Status.Conditions {
-				if c.Type != corev1.NodeReady {
-					continue
-				}
-				if !c.LastHeartbeatTime.After(after) {
-					status = "kubelet " + v + " reported, no heartbeat since the switch"
-					break
-				}
-				done = c.Status == corev1.ConditionTrue
-				status = fmt.Sprintf("Ready=%s: %s", c.Status, c.Message)
-			}
+			done, status = readySince(n, want)
 		}
 		if status != last && progress != nil {
 			progress(status)
@@ -83,10 +82,32 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, a
 		last = status
 		return done, nil
 	})
-	if err != nil {
-		return fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, v, timeout, last)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if want.version == "" {
+		return fmt.Errorf("node %s not Ready within %v (last seen: %s)", name, timeout, last)
+	}
+	return fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, want.version, timeout, last)
+}
+
+// readySince says whether n's Ready condition is True with a heartbeat
+// after want.after, and what was seen.
+func readySince(n *corev1.Node, want readyWant) (ready bool, status string) {
+	reported := "node registered"
+	if want.version != "" {
+		reported = "kubelet " + want.version + " reported"
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if !c.LastHeartbeatTime.After(want.after) {
+			return false, fmt.Sprintf("%s, no heartbeat since %s (Ready=%s from before)", reported, want.since, c.Status)
+		}
+		return c.Status == corev1.ConditionTrue, fmt.Sprintf("node Ready=%s: %s", c.Status, c.Message)
+	}
+	return false, reported + ", not Ready"
 }
 
 // nearBound: ctx has ended or ends within a second, when a request fails

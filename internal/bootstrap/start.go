@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -16,6 +17,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -77,6 +79,9 @@ type Start struct {
 	stager      *artifact.Stager
 	provisioner *machine.Provisioner
 	image       *WorkerImage
+	// client is the API server as the node sees it, made once its
+	// credential is in the machine (wait-node-ready).
+	client *NodeClient
 	// events records the join on the Node, as the node.
 	events *events.Recorder
 	// label prefixes the progress lines: the command's name.
@@ -106,6 +111,14 @@ func NewStart(o Options) *Start {
 	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	s.events = events.ForMachine(c, o.Layout, s.machine.Root, c.Agent.NodeName, o.Log)
+	s.client = &NodeClient{New: func() (kubernetes.Interface, error) {
+		cfg, err := node.ClientConfig(c, o.Layout, s.machine.Root())
+		if err != nil {
+			return nil, err
+		}
+		cfg.Timeout = 10 * time.Second
+		return kubernetes.NewForConfig(cfg)
+	}}
 	return s
 }
 
@@ -150,7 +163,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
 			WritePodNetwork(m, c, s.opts.JoinTimeout, s.nodeProgress),
-			WaitNodeReady(m, c, s.opts.JoinTimeout, s.nodeProgress),
+			WaitNodeReady(m, s.client, c.Agent.NodeName, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, nodeSums),
