@@ -11,6 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/node"
 )
 
 // NodeClient is the API server as the node sees it (its own credential),
@@ -21,6 +25,20 @@ type NodeClient struct {
 	once sync.Once
 	cs   kubernetes.Interface
 	err  error
+}
+
+// nodeClientFor is the API server as the node whose machine rootfs is
+// root() sees it (node.ClientConfig: the kubelet's credential, or the
+// config's Azure identity), made on first use.
+func nodeClientFor(c *config.Config, l layout.Layout, root func() string) *NodeClient {
+	return &NodeClient{New: func() (kubernetes.Interface, error) {
+		cfg, err := node.ClientConfig(c, l, root())
+		if err != nil {
+			return nil, err
+		}
+		cfg.Timeout = 10 * time.Second
+		return kubernetes.NewForConfig(cfg)
+	}}
 }
 
 // Get returns the client, made once.
@@ -54,6 +72,8 @@ type readyWant struct {
 	version string
 	after   time.Time
 	since   string
+	// poll is how often the Node is read; 0 is every 500 ms.
+	poll time.Duration
 }
 
 // waitReadyAt polls, up to timeout, until the Node is Ready as want asks:
@@ -62,8 +82,11 @@ type readyWant struct {
 // behind. wait-node-ready (start) and wait-node-version (repave) both
 // wait this way.
 func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) error {
-	last := ""
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	last, poll := "", want.poll
+	if poll == 0 {
+		poll = 500 * time.Millisecond
+	}
+	err := wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		status, done := "", false
 		switch {

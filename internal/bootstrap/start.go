@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -17,7 +16,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
-	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -111,14 +109,7 @@ func NewStart(o Options) *Start {
 	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	s.events = events.ForMachine(c, o.Layout, s.machine.Root, c.Agent.NodeName, o.Log)
-	s.client = &NodeClient{New: func() (kubernetes.Interface, error) {
-		cfg, err := node.ClientConfig(c, o.Layout, s.machine.Root())
-		if err != nil {
-			return nil, err
-		}
-		cfg.Timeout = 10 * time.Second
-		return kubernetes.NewForConfig(cfg)
-	}}
+	s.client = nodeClientFor(c, o.Layout, s.machine.Root)
 	return s
 }
 

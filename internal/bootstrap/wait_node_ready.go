@@ -46,7 +46,9 @@ func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		started = t.began
 	}
-	want := readyWant{after: notBefore(started), since: "the kubelet started"}
+	// Read every 200 ms: this wait is the end of a join, and half the
+	// interval is what it adds on average.
+	want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 200 * time.Millisecond}
 	if err := waitReadyAt(ctx, cs, t.nodeName, want, t.timeout, t.progress); err != nil {
 		return task.Result{}, fmt.Errorf("%w; %s", err, t.machine.logHint("kubelet"))
 	}
