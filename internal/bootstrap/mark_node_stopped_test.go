@@ -74,7 +74,7 @@ func TestWritePodNetworkRestartsOnlyAStuckKubelet(t *testing.T) {
 				case name == "machinectl":
 					return []byte("1234\n"), nil
 				case strings.Contains(cmd, "ExecMainStartTimestamp"):
-					return fmt.Appendf(nil, "ExecMainStartTimestamp=@%d\n", started.Unix()), nil
+					return fmt.Appendf(nil, "ExecMainStartTimestampMonotonic=%d\n", monotonicAt(t, started)), nil
 				case strings.HasSuffix(cmd, "systemctl restart kubelet.service"):
 					mu.Lock()
 					restarts++

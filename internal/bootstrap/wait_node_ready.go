@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -55,19 +57,31 @@ func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
 	return task.Result{}, nil
 }
 
-// kubeletStarted is when the kubelet that runs in m started, to the
-// second, as systemd in the machine recorded it.
+// kubeletStarted is when the kubelet that runs in m started, as systemd
+// in the machine recorded it: on the monotonic clock, which a machine
+// shares with the host (nspawn gives it no time namespace), so the
+// reading does not depend on how systemctl formats wall-clock times.
 func kubeletStarted(ctx context.Context, m Machine) (time.Time, error) {
-	out, err := m.exec(ctx, "systemctl", "show", node.KubeletUnitName, "-p", "ExecMainStartTimestamp", "--timestamp=unix")
+	const prop = "ExecMainStartTimestampMonotonic"
+	out, err := m.exec(ctx, "systemctl", "show", node.KubeletUnitName, "-p", prop)
 	if err != nil {
 		return time.Time{}, err
 	}
-	v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "ExecMainStartTimestamp="))
-	secs, err := strconv.ParseInt(strings.TrimPrefix(v, "@"), 10, 64)
-	if err != nil || !strings.HasPrefix(v, "@") || secs <= 0 {
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return time.Time{}, err
+	}
+	wall := time.Now()
+	v := strings.TrimPrefix(strings.TrimSpace(string(out)), prop+"=")
+	usec, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || usec <= 0 {
 		return time.Time{}, fmt.Errorf("kubelet start time: systemctl printed %q", strings.TrimSpace(string(out)))
 	}
-	return time.Unix(secs, 0), nil
+	ago := time.Duration(now.Nano()) - time.Duration(usec)*time.Microsecond
+	if ago < 0 {
+		return time.Time{}, fmt.Errorf("kubelet start time: %d us is later than now", usec)
+	}
+	return wall.Add(-ago), nil
 }
 
 // notBefore is the bound a heartbeat must be later than to have been

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -27,6 +29,16 @@ func readyNode(status corev1.ConditionStatus, hb time.Time) *corev1.Node {
 	}
 }
 
+// monotonicAt is wall time at on the monotonic clock, in microseconds, as
+// systemd records a start.
+func monotonicAt(t *testing.T, at time.Time) int64 {
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		t.Fatal(err)
+	}
+	return (time.Duration(now.Nano()) - time.Since(at)).Microseconds()
+}
+
 // waitReadyTask is wait-node-ready against cs, in a machine whose systemd
 // says the kubelet started at started (or fails to say, when zero).
 func waitReadyTask(t *testing.T, cs kubernetes.Interface, started time.Time) *waitNodeReady {
@@ -38,11 +50,11 @@ func waitReadyTask(t *testing.T, cs kubernetes.Interface, started time.Time) *wa
 		switch {
 		case name == "machinectl":
 			return []byte("1234\n"), nil
-		case name == "nsenter" && strings.Contains(strings.Join(args, " "), "systemctl show kubelet.service -p ExecMainStartTimestamp --timestamp=unix"):
+		case name == "nsenter" && strings.Contains(strings.Join(args, " "), "systemctl show kubelet.service -p ExecMainStartTimestampMonotonic"):
 			if started.IsZero() {
-				return []byte("ExecMainStartTimestamp=\n"), nil
+				return []byte("ExecMainStartTimestampMonotonic=0\n"), nil
 			}
-			return fmt.Appendf(nil, "ExecMainStartTimestamp=@%d\n", started.Unix()), nil
+			return fmt.Appendf(nil, "ExecMainStartTimestampMonotonic=%d\n", monotonicAt(t, started)), nil
 		}
 		return nil, errors.New("unexpected " + name + " " + strings.Join(args, " "))
 	}
