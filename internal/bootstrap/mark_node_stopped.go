@@ -2,12 +2,14 @@ package bootstrap
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -49,27 +51,7 @@ func (t *markNodeStopped) Do(ctx context.Context) (task.Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	changed := false
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := cs.CoreV1().Nodes().Get(ctx, t.nodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i, c := range n.Status.Conditions {
-			if c.Type != corev1.NodeReady || c.Status == corev1.ConditionUnknown {
-				continue
-			}
-			n.Status.Conditions[i].Status = corev1.ConditionUnknown
-			n.Status.Conditions[i].Reason = NodeStoppedReason
-			n.Status.Conditions[i].Message = "aks-flex-node reset stopped the kubelet"
-			n.Status.Conditions[i].LastTransitionTime = metav1.Now()
-			if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-				return err
-			}
-			changed = true
-		}
-		return nil
-	})
+	changed, err := t.mark(ctx, cs)
 	if err != nil {
 		return task.Result{Detail: fmt.Sprintf("Node %s not told: %v", t.nodeName, err)}, nil
 	}
@@ -77,4 +59,32 @@ func (t *markNodeStopped) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{Detail: "Node " + t.nodeName + " not Ready already"}, nil
 	}
 	return task.Result{Changed: true, Detail: "Node " + t.nodeName + " Ready=Unknown"}, nil
+}
+
+// mark patches the Ready condition to Unknown (a strategic merge by the
+// condition's type: the other conditions, and Ready's heartbeat, stay),
+// unless it is Unknown already. A patch of nodes/status is what the
+// node's credential may do (clusterprep's list).
+func (t *markNodeStopped) mark(ctx context.Context, cs kubernetes.Interface) (bool, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, t.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady || c.Status == corev1.ConditionUnknown {
+			continue
+		}
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: NodeStoppedReason,
+			Message: "aks-flex-node reset stopped the kubelet", LastHeartbeatTime: c.LastHeartbeatTime, LastTransitionTime: metav1.Now(),
+		}}}})
+		if err != nil {
+			return false, err
+		}
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, t.nodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, nil
 }

@@ -23,16 +23,25 @@ import (
 // and a cluster it cannot reach does not fail it.
 func TestMarkNodeStopped(t *testing.T) {
 	hb := time.Now().Add(-time.Minute).Truncate(time.Second)
-	cs := fake.NewClientset(readyNode(corev1.ConditionTrue, hb))
+	node := readyNode(corev1.ConditionTrue, hb)
+	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse})
+	cs := fake.NewClientset(node)
 	client := &NodeClient{New: func() (kubernetes.Interface, error) { return cs, nil }}
 	res, err := MarkNodeStopped(client, "n1", time.Second).Do(t.Context())
 	if err != nil || !res.Changed {
 		t.Fatalf("mark: %+v %v", res, err)
 	}
 	n, _ := cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{})
-	c := n.Status.Conditions[0]
-	if c.Status != corev1.ConditionUnknown || c.Reason != NodeStoppedReason || !c.LastHeartbeatTime.Time.Equal(hb) {
-		t.Errorf("Ready after reset: %+v", c)
+	if len(n.Status.Conditions) != 2 {
+		t.Fatalf("conditions after reset: %+v", n.Status.Conditions)
+	}
+	for _, c := range n.Status.Conditions {
+		switch {
+		case c.Type == corev1.NodeMemoryPressure && c.Status != corev1.ConditionFalse:
+			t.Errorf("MemoryPressure after reset: %+v", c)
+		case c.Type == corev1.NodeReady && (c.Status != corev1.ConditionUnknown || c.Reason != NodeStoppedReason || !c.LastHeartbeatTime.Time.Equal(hb)):
+			t.Errorf("Ready after reset: %+v", c)
+		}
 	}
 	if res, err := MarkNodeStopped(client, "n1", time.Second).Do(t.Context()); err != nil || res.Changed {
 		t.Errorf("second mark: %+v %v", res, err)
