@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-upgrade bench-token bench-repave deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave deps clean
 
 all: build
 
@@ -118,6 +118,17 @@ bench-image:
 # (AKS_FLEX_NODE_BENCH_MB sets the bundle size, default 400).
 bench-artifacts:
 	$(GO) test -run '^$$' -bench '^BenchmarkBundle$$' -benchtime 3x ./internal/artifact/
+
+# install-node-components' part of a warm join: InstallVerified of a real
+# bundle into an empty machine root, in MB/s. The bundle is
+# AKS_FLEX_NODE_BENCH_BUNDLE, else the newest complete fixture bundle the
+# join e2e built in the test cache (make test builds it once).
+TEST_CACHE ?= $(or $(AKS_FLEX_NODE_TEST_CACHE),/var/cache/aks-flex-node-test)
+bench-install:
+	@set -eu; b="$${AKS_FLEX_NODE_BENCH_BUNDLE:-}"; \
+	if [ -z "$$b" ]; then m=$$(ls -td $(TEST_CACHE)/bundle-*/complete 2>/dev/null | head -n1); [ -z "$$m" ] || b="$$(dirname "$$m")/bundle"; fi; \
+	if [ -z "$$b" ] || [ ! -f "$$b/manifest.json" ]; then echo "bench-install: no bundle: set AKS_FLEX_NODE_BENCH_BUNDLE to a bundle dir, or run the join e2e (make test) once to build the fixture bundle" >&2; exit 1; fi; \
+	echo "bundle: $$b"; AKS_FLEX_NODE_BENCH_BUNDLE="$$b" $(GO) test -run '^$$' -bench '^BenchmarkInstall$$' -benchtime 5x ./internal/artifact/
 
 # Upgrade figures: good-upgrade and rollback latency, median of 5 runs each,
 # under systemd in the ACL-like host.

@@ -38,7 +38,7 @@ func TestRemoveTrackedKeepsInstallRecordAndForeignFiles(t *testing.T) {
 	if err := NewTracker(l).Add("/etc/sysctl.d/90-aks-flex-node.conf", "/etc/sysctl.d", "/opt/aks-flex-node/lib", "/var/log/aks-flex-node", "/var/lib/aks-flex-node", "/var/lib/aks-flex-node/identity"); err != nil {
 		t.Fatal(err)
 	}
-	remove := RemoveTrackedPaths(l, slog.New(slog.DiscardHandler))
+	remove := RemoveTrackedPaths(l, slog.New(slog.DiscardHandler), false)
 	res, err := remove.Do(context.Background())
 	if err != nil || !res.Changed {
 		t.Fatalf("removeTracked: %v %v", res, err)

@@ -11,6 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/node"
 )
 
 // NodeClient is the API server as the node sees it (its own credential),
@@ -21,6 +25,20 @@ type NodeClient struct {
 	once sync.Once
 	cs   kubernetes.Interface
 	err  error
+}
+
+// nodeClientFor is the API server as the node whose machine rootfs is
+// root() sees it (node.ClientConfig: the kubelet's credential, or the
+// config's Azure identity), made on first use.
+func nodeClientFor(c *config.Config, l layout.Layout, root func() string) *NodeClient {
+	return &NodeClient{New: func() (kubernetes.Interface, error) {
+		cfg, err := node.ClientConfig(c, l, root())
+		if err != nil {
+			return nil, err
+		}
+		cfg.Timeout = 10 * time.Second
+		return kubernetes.NewForConfig(cfg)
+	}}
 }
 
 // Get returns the client, made once.
@@ -47,35 +65,39 @@ func readyHeartbeat(ctx context.Context, cs kubernetes.Interface, name string) (
 // sameVersion compares Kubernetes versions with or without their "v".
 func sameVersion(a, b string) bool { return strings.TrimPrefix(a, "v") == strings.TrimPrefix(b, "v") }
 
-// waitReadyAt polls, up to timeout, until the Node is Ready at kubelet
-// version v with a heartbeat after after: posted by a kubelet that
-// started since, not the Ready the stopped one left behind.
-func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, after time.Time, timeout time.Duration, progress func(string)) error {
-	last := ""
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+// readyWant is what a wait for the Node's Ready asks beyond Ready=True:
+// the kubelet version (any when ""), and a heartbeat later than after,
+// which is when since happened ("the switch", "the kubelet started").
+type readyWant struct {
+	version string
+	after   time.Time
+	since   string
+	// poll is how often the Node is read; 0 is every 500 ms.
+	poll time.Duration
+}
+
+// waitReadyAt polls, up to timeout, until the Node is Ready as want asks:
+// at want's kubelet version, with a heartbeat after want.after, posted by
+// a kubelet that runs since then, not the Ready one that stopped left
+// behind. wait-node-ready (start) and wait-node-version (repave) both
+// wait this way.
+func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) error {
+	last, poll := "", want.poll
+	if poll == 0 {
+		poll = 500 * time.Millisecond
+	}
+	err := wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		status := ""
-		done := false
+		status, done := "", false
 		switch {
 		case err != nil && last != "" && nearBound(ctx):
 			return false, nil // the bound itself; keep what was last seen
 		case err != nil:
 			status = "node not readable: " + err.Error()
-		case !sameVersion(n.Status.NodeInfo.KubeletVersion, v):
-			status = "kubelet " + n.Status.NodeInfo.KubeletVersion + " reported, waiting for " + v
+		case want.version != "" && !sameVersion(n.Status.NodeInfo.KubeletVersion, want.version):
+			status = "kubelet " + n.Status.NodeInfo.KubeletVersion + " reported, waiting for " + want.version
 		default:
-			status = "kubelet " + v + " reported, not Ready"
-			for _, c := range n.Status.Conditions {
-				if c.Type != corev1.NodeReady {
-					continue
-				}
-				if !c.LastHeartbeatTime.After(after) {
-					status = "kubelet " + v + " reported, no heartbeat since the switch"
-					break
-				}
-				done = c.Status == corev1.ConditionTrue
-				status = fmt.Sprintf("Ready=%s: %s", c.Status, c.Message)
-			}
+			done, status = readySince(n, want)
 		}
 		if status != last && progress != nil {
 			progress(status)
@@ -83,10 +105,32 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, a
 		last = status
 		return done, nil
 	})
-	if err != nil {
-		return fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, v, timeout, last)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if want.version == "" {
+		return fmt.Errorf("node %s not Ready within %v (last seen: %s)", name, timeout, last)
+	}
+	return fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, want.version, timeout, last)
+}
+
+// readySince says whether n's Ready condition is True with a heartbeat
+// after want.after, and what was seen.
+func readySince(n *corev1.Node, want readyWant) (ready bool, status string) {
+	reported := "node registered"
+	if want.version != "" {
+		reported = "kubelet " + want.version + " reported"
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if !c.LastHeartbeatTime.After(want.after) {
+			return false, fmt.Sprintf("%s, no heartbeat since %s (Ready=%s from before)", reported, want.since, c.Status)
+		}
+		return c.Status == corev1.ConditionTrue, fmt.Sprintf("node Ready=%s: %s", c.Status, c.Message)
+	}
+	return false, reported + ", not Ready"
 }
 
 // nearBound: ctx has ended or ends within a second, when a request fails

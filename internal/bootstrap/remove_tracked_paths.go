@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/state"
@@ -27,6 +30,9 @@ var keepInStateDir = map[string]bool{layout.InstallRecordName: true, nodelock.Fi
 type removeTrackedPaths struct {
 	layout layout.Layout
 	log    *slog.Logger
+	// keepCaches keeps the staged bundles and the verification records
+	// (reset --keep-image-cache).
+	keepCaches bool
 }
 
 // RemoveTrackedPaths returns the task that removes every path start
@@ -34,8 +40,13 @@ type removeTrackedPaths struct {
 // directories that are empty once ours are gone (the identity dir, with
 // its token cache, is ours wholesale). It keeps the agent
 // binary's slots, links and recovery script, and the install record.
-func RemoveTrackedPaths(l layout.Layout, log *slog.Logger) task.Task {
-	return &removeTrackedPaths{layout: l, log: log}
+// With keepCaches it also keeps the staged bundles (a registry's bundle
+// pulled, upstream's files downloaded) and the bundles' verification
+// records: the next start checks a staged bundle by the registry's digest
+// and every bundle by its record, as a converged start does, instead of
+// pulling and hashing again.
+func RemoveTrackedPaths(l layout.Layout, log *slog.Logger, keepCaches bool) task.Task {
+	return &removeTrackedPaths{layout: l, log: log, keepCaches: keepCaches}
 }
 
 func (t *removeTrackedPaths) Name() string { return "remove-tracked-paths" }
@@ -58,6 +69,9 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 	changed := false
 	var errs []error
 	for _, hp := range dedupeDeepestFirst(paths) {
+		if t.kept(hp) {
+			continue
+		}
 		removed, err := t.remove(hp)
 		if err != nil {
 			errs = append(errs, err)
@@ -65,6 +79,32 @@ func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 		changed = changed || removed
 	}
 	return task.Result{Changed: changed}, errors.Join(errs...)
+}
+
+// kept: hp is a staged bundle or a verification record, and keepCaches
+// keeps them.
+func (t *removeTrackedPaths) kept(hp string) bool {
+	if !t.keepCaches {
+		return false
+	}
+	for _, dir := range []string{t.layout.BundlesDir(), t.layout.StateDir() + "/" + artifact.RecordDir} {
+		if hp == dir || strings.HasPrefix(hp, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// inStateDir is what stays in the state dir: keepInStateDir, and with
+// keepCaches the staged bundles and the verification records.
+func (t *removeTrackedPaths) inStateDir() map[string]bool {
+	if !t.keepCaches {
+		return keepInStateDir
+	}
+	keep := maps.Clone(keepInStateDir)
+	keep[path.Base(t.layout.BundlesDir())] = true
+	keep[artifact.RecordDir] = true
+	return keep
 }
 
 // remove removes one tracked host path the way its kind asks.
@@ -87,7 +127,7 @@ func (t *removeTrackedPaths) remove(hp string) (bool, error) {
 	case owned:
 		err = os.RemoveAll(full)
 	case hp == l.StateDir():
-		removed, err = removeDirExcept(full, keepInStateDir)
+		removed, err = removeDirExcept(full, t.inStateDir())
 	case hp == l.LibDir():
 		// The upgrade slots, their links and the recovery script are
 		// the agent binary, which reset keeps.

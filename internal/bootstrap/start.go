@@ -81,6 +81,9 @@ type Start struct {
 	stager      *artifact.Stager
 	provisioner *machine.Provisioner
 	image       *WorkerImage
+	// client is the API server as the node sees it, made once its
+	// credential is in the machine (wait-node-ready).
+	client *NodeClient
 	// events records the join on the Node, as the node.
 	events *events.Recorder
 	// label prefixes the progress lines: the command's name.
@@ -110,6 +113,7 @@ func NewStart(o Options) *Start {
 	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	s.events = events.ForMachine(c, o.Layout, s.machine.Root, c.Agent.NodeName, o.Log)
+	s.client = nodeClientFor(c, o.Layout, s.machine.Root)
 	return s
 }
 
@@ -154,7 +158,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
 			WritePodNetwork(m, c, s.opts.JoinTimeout, s.nodeProgress),
-			WaitNodeReady(m, c, s.opts.JoinTimeout, s.nodeProgress),
+			WaitNodeReady(m, s.client, c.Agent.NodeName, s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, nodeSums),

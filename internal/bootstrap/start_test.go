@@ -42,7 +42,7 @@ func TestStartAndResetTaskNames(t *testing.T) {
 	for _, p := range ResetPhases(Options{}) {
 		got = append(got, p.Name+": "+strings.Join(p.Names(), ","))
 	}
-	if s := strings.Join(got, "\n"); s != "agent: remove-agent-service\nmachines: remove-machine-kube1,remove-machine-kube2,remove-layer-cache\nnetwork: remove-host-routes,remove-bridge-network\nhost: restore-swap\nfiles: remove-tracked-paths" {
+	if s := strings.Join(got, "\n"); s != "agent: remove-agent-service\nmachines: remove-machine-kube1,remove-machine-kube2,mark-node-stopped,remove-layer-cache\nnetwork: remove-host-routes,remove-bridge-network\nhost: restore-swap\nfiles: remove-tracked-paths" {
 		t.Errorf("reset phases:\n%s", s)
 	}
 	if d := DescribeStart(); !strings.HasPrefix(strings.TrimSpace(d), PreflightPhase) || !strings.Contains(d, "stage-node-components") {

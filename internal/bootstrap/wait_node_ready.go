@@ -3,85 +3,89 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"golang.org/x/sys/unix"
 
-	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 type waitNodeReady struct {
 	machine  Machine
-	config   *config.Config
+	client   *NodeClient
 	nodeName string
 	timeout  time.Duration
 	progress func(string)
+	// began is when this start began: the kubelet's start when systemd
+	// does not say.
+	began time.Time
 }
 
 // WaitNodeReady returns the task that waits, up to timeout, for the Node
-// agent.nodeName to be Ready, asking the API server with the kubelet's own
-// credentials (a node may read its own Node object): its client
-// certificate, or with an Azure identity a token for that identity.
+// nodeName to be Ready as the kubelet that now runs in m reports it: a
+// Ready condition with a heartbeat no older than that kubelet's start
+// (systemd's record of it in the machine; when that cannot be read, this
+// start's beginning). The Ready a kubelet from before a reset, or before a
+// restart, left on the Node does not count; the Ready of a kubelet that
+// runs on unchanged (a converged start) does. client is the API server as
+// the node sees it (its own credential: a node may read its own Node).
 // progress, when set, is told each new state seen.
-func WaitNodeReady(m Machine, c *config.Config, timeout time.Duration, progress func(string)) task.Task {
-	return &waitNodeReady{machine: m, config: c, nodeName: c.Agent.NodeName, timeout: timeout, progress: progress}
+func WaitNodeReady(m Machine, client *NodeClient, nodeName string, timeout time.Duration, progress func(string)) task.Task {
+	return &waitNodeReady{machine: m, client: client, nodeName: nodeName, timeout: timeout, progress: progress, began: time.Now()}
 }
 
 func (t *waitNodeReady) Name() string { return "wait-node-ready" }
 
 func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
-	kc, err := node.ClientConfig(t.config, t.machine.Layout, t.machine.Root())
+	cs, err := t.client.Get()
 	if err != nil {
 		return task.Result{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	if err := pollNodeReady(wctx, kc, t.nodeName, t.progress); err != nil {
-		return task.Result{}, fmt.Errorf("node %s not Ready within %v: %w; %s", t.nodeName, t.timeout, err, t.machine.logHint("kubelet"))
+	started, err := kubeletStarted(ctx, t.machine)
+	if err != nil {
+		started = t.began
+	}
+	// Read every 200 ms: this wait is the end of a join, and half the
+	// interval is what it adds on average.
+	want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 200 * time.Millisecond}
+	if err := waitReadyAt(ctx, cs, t.nodeName, want, t.timeout, t.progress); err != nil {
+		return task.Result{}, fmt.Errorf("%w; %s", err, t.machine.logHint("kubelet"))
 	}
 	return task.Result{}, nil
 }
 
-// pollNodeReady polls the Node until its Ready condition is True or ctx
-// ends.
-func pollNodeReady(ctx context.Context, cfg *rest.Config, nodeName string, progress func(string)) error {
-	cfg.Timeout = 10 * time.Second
-	cs, err := kubernetes.NewForConfig(cfg)
+// kubeletStarted is when the kubelet that runs in m started, as systemd
+// in the machine recorded it: on the monotonic clock, which a machine
+// shares with the host (nspawn gives it no time namespace), so the
+// reading does not depend on how systemctl formats wall-clock times.
+func kubeletStarted(ctx context.Context, m Machine) (time.Time, error) {
+	const prop = "ExecMainStartTimestampMonotonic"
+	out, err := m.exec(ctx, "systemctl", "show", node.KubeletUnitName, "-p", prop)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
-	last := ""
-	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		status := ""
-		switch {
-		case err != nil:
-			status = "node not visible yet: " + err.Error()
-		default:
-			status = "node registered, not Ready"
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					if c.Status == corev1.ConditionTrue {
-						return true, nil
-					}
-					status = fmt.Sprintf("node Ready=%s: %s", c.Status, c.Message)
-				}
-			}
-		}
-		if status != last && progress != nil {
-			progress(status)
-			last = status
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w (last seen: %s)", err, last)
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return time.Time{}, err
 	}
-	return nil
+	wall := time.Now()
+	v := strings.TrimPrefix(strings.TrimSpace(string(out)), prop+"=")
+	usec, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || usec <= 0 {
+		return time.Time{}, fmt.Errorf("kubelet start time: systemctl printed %q", strings.TrimSpace(string(out)))
+	}
+	ago := time.Duration(now.Nano()) - time.Duration(usec)*time.Microsecond
+	if ago < 0 {
+		return time.Time{}, fmt.Errorf("kubelet start time: %d us is later than now", usec)
+	}
+	return wall.Add(-ago), nil
 }
+
+// notBefore is the bound a heartbeat must be later than to have been
+// posted at or after t. The API server keeps times to the second
+// (truncated), so a heartbeat posted in t's second reads as that second:
+// it counts. A heartbeat older than t's second does not.
+func notBefore(t time.Time) time.Time { return t.Truncate(time.Second).Add(-time.Nanosecond) }

@@ -79,24 +79,37 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 	if err != nil || !changed || !created.Before(t.began) {
 		return task.Result{Changed: changed}, err
 	}
-	return t.reportNow(ctx, name)
+	return t.reportNow(ctx, cs, name)
 }
 
+// selfReport bounds how long write-pod-network waits for a re-joined
+// kubelet to report its pod network on its own before it restarts it.
+const selfReport = 2 * time.Second
+
 // reportNow makes the kubelet of a re-joined Node report the pod network
-// just written. A kubelet that registers a new Node patches its status
-// every 100 ms until the Node is Ready, so it reports within a second. One
-// that finds its Node from before a reset still marked Ready stops that
-// fast loop at once, posts NotReady (no CNI config yet) and says Ready only
-// at its next status sync, 10 s later. A restart costs about a second and
-// runs the fast loop again, on a Node that now says NotReady.
-func (t *writePodNetwork) reportNow(ctx context.Context, name string) (task.Result, error) {
+// just written. A kubelet that registers a new Node, or finds its Node
+// not Ready (reset marks it so: mark-node-stopped), patches its status
+// every 100 ms until the Node is Ready, so it reports within a second:
+// that is waited for, up to selfReport. One that found its Node from
+// before still marked Ready (a reset that could not tell the API server,
+// a host re-joined without one) stopped that fast loop at once, posted
+// NotReady (no CNI config yet) and says Ready only at its next status
+// sync, 10 s later. A restart costs about a second and runs the fast loop
+// again, on a Node that now says NotReady.
+func (t *writePodNetwork) reportNow(ctx context.Context, cs kubernetes.Interface, name string) (task.Result, error) {
 	// A machine not running yet (a repave writes the new side's config
 	// before it boots) starts its kubelet with the config in place.
 	if st, err := t.machine.Control.State(ctx, t.machine.Name); err != nil || st != "active" {
 		return task.Result{Changed: true}, err
 	}
+	if started, err := kubeletStarted(ctx, t.machine); err == nil {
+		want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 100 * time.Millisecond}
+		if waitReadyAt(ctx, cs, name, want, selfReport, nil) == nil {
+			return task.Result{Changed: true, Detail: "the kubelet reported the pod network"}, nil
+		}
+	}
 	if out, err := t.machine.exec(ctx, "systemctl", "restart", "kubelet.service"); err != nil {
 		return task.Result{Changed: true}, fmt.Errorf("restart the kubelet in %s to report its pod network: %v: %s", t.machine.Name, err, bytes.TrimSpace(out))
 	}
-	return task.Result{Changed: true, Detail: fmt.Sprintf("kubelet restarted: Node %s is from before this start, so it would report the pod network only at its next status sync, 10 s on", name)}, nil
+	return task.Result{Changed: true, Detail: fmt.Sprintf("kubelet restarted: Node %s was Ready from before this start, so it would report the pod network only at its next status sync, 10 s on", name)}, nil
 }

@@ -142,7 +142,10 @@ selects the default layout. reset holds the node lock, as start does.
 
 The worker image's unpacked layers (the layer cache machines are made from)
 are removed too, unless --keep-image-cache: then the next start makes the
-machine from them in under a second.`,
+machine from them in under a second. The flag also keeps the staged bundles
+(pulled from a registry or downloaded) and the bundles' verification
+records: the next start checks the registry's digest against the staged one
+and each file's stat against its record, and pulls and hashes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -167,7 +170,7 @@ machine from them in under a second.`,
 		},
 	}
 	addConfigFlag(cmd, &path)
-	cmd.Flags().BoolVar(&keepCache, "keep-image-cache", false, "keep the worker image's unpacked layers for the next start")
+	cmd.Flags().BoolVar(&keepCache, "keep-image-cache", false, "keep the worker image's unpacked layers and the staged bundles for the next start")
 	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }

@@ -69,7 +69,8 @@ func ImportImages(ctx context.Context, machineRoot string, exec ExecFunc, archiv
 // images containerd lists changed. When every archive was skipped it
 // runs ctr once in all (each run is an exec into the machine, the bulk
 // of a converged start's time); otherwise it lists the images again to
-// tell a re-imported archive of the same images from a new one.
+// tell a re-imported archive of the same images from a new one, unless
+// the store was empty.
 func ImportImagesChanged(ctx context.Context, machineRoot string, exec ExecFunc, archives []string) (changed bool, err error) {
 	if len(archives) == 0 {
 		return false, nil
@@ -101,6 +102,11 @@ func ImportImagesChanged(ctx context.Context, machineRoot string, exec ExecFunc,
 	}
 	if imported == 0 {
 		return false, nil
+	}
+	if len(present) == 0 {
+		// Into an empty store (a new machine): that changed it, without
+		// listing it again.
+		return true, nil
 	}
 	after, err := exec(ctx, CtrBinary, "-n", criNamespace, "images", "ls", "-q")
 	if err != nil {

@@ -234,3 +234,21 @@ func TestImportImagesHostileRootfs(t *testing.T) {
 		t.Errorf("imported %v", ctr.imports)
 	}
 }
+
+// Into a new machine's empty store: every archive is imported, that is a
+// change, and the store is not listed a second time.
+func TestImportImagesIntoEmptyStore(t *testing.T) {
+	root := t.TempDir()
+	pause := path.Join(nodedirs.ImageArchives, "pause.tar")
+	writeTar(t, filepath.Join(root, pause), map[string]string{
+		"manifest.json": `[{"Config":"c.json","RepoTags":["registry.local/pause:3.10"],"Layers":["l.tar"]}]`,
+	})
+	ctr := &fakeCtr{images: map[string]bool{}, named: map[string][]string{pause: {"registry.local/pause:3.10"}}}
+	changed, err := ImportImagesChanged(context.Background(), root, ctr.exec, []string{pause})
+	if err != nil || !changed {
+		t.Fatalf("import into an empty store: %v %v", changed, err)
+	}
+	if len(ctr.calls) != 2 || strings.Join(ctr.imports, " ") != pause {
+		t.Errorf("ran %v, want one listing and one import", ctr.calls)
+	}
+}

@@ -66,8 +66,9 @@ func (m *Manager) DaemonReload(ctx context.Context) error {
 	return err
 }
 
-func (m *Manager) Enable(ctx context.Context, unit string) error {
-	_, err := m.systemctl(ctx, "enable", unit)
+// Enable enables units, with one reload of systemd for all of them.
+func (m *Manager) Enable(ctx context.Context, units ...string) error {
+	_, err := m.systemctl(ctx, append([]string{"enable"}, units...)...)
 	return err
 }
 

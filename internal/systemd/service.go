@@ -12,7 +12,7 @@ import (
 // InstallAgentService writes the agent unit, reloads systemd when it
 // changed, enables it and makes sure it runs (restarting it when its
 // definition changed). It reports whether anything changed.
-func InstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *slog.Logger) (bool, error) {
+func InstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *slog.Logger, alsoEnable ...string) (bool, error) {
 	text, err := AgentUnit(l)
 	if err != nil {
 		return false, err
@@ -23,14 +23,20 @@ func InstallAgentService(ctx context.Context, l layout.Layout, m *Manager, log *
 		return false, fmt.Errorf("install-service: %w", err)
 	}
 	log.Info("unit", "task", "write-agent-unit", "path", l.Units().Agent, "changed", changed)
-	// systemctl enable reloads systemd itself: a changed unit needs its own
-	// daemon-reload only when the unit was enabled already.
+	// systemctl enable reloads systemd itself (once for all the units it
+	// is given: a reload is a quarter second or more on a busy host): a
+	// changed unit needs its own daemon-reload only when nothing is
+	// enabled here.
+	enable := alsoEnable
+	if !m.IsEnabled(ctx, layout.AgentUnitName) {
+		enable = append([]string{layout.AgentUnitName}, alsoEnable...)
+		changed = true
+	}
 	switch {
-	case !m.IsEnabled(ctx, layout.AgentUnitName):
-		if err := m.Enable(ctx, layout.AgentUnitName); err != nil {
+	case len(enable) > 0:
+		if err := m.Enable(ctx, enable...); err != nil {
 			return true, fmt.Errorf("install-service: %w", err)
 		}
-		changed = true
 	case changed:
 		if err := m.DaemonReload(ctx); err != nil {
 			return true, fmt.Errorf("install-service: %w", err)

@@ -60,21 +60,22 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	}
 	// Enabled, the timer runs the recovery check at every boot: that is how
 	// an upgrade cut short by a power failure is recovered. systemctl
-	// enable reloads systemd itself, so a changed unit needs its own
-	// daemon-reload only when the timer was enabled already (a reload is
-	// a quarter second or more on a busy host; a join used to pay four).
+	// enable reloads systemd itself, so the timer is enabled in the same
+	// call as the agent unit (one reload for both: a reload is a quarter
+	// second or more on a busy host; a join used to pay four), and a
+	// changed unit needs its own daemon-reload only when the timer was
+	// enabled already.
+	var enableTimer []string
 	switch {
 	case !m.IsEnabled(ctx, layout.RecoveryTimer):
-		if err := m.Enable(ctx, layout.RecoveryTimer); err != nil {
-			return changed, fmt.Errorf("install-service: %w", err)
-		}
+		enableTimer = []string{layout.RecoveryTimer}
 		changed = true
 	case unitsChanged:
 		if err := m.DaemonReload(ctx); err != nil {
 			return changed, fmt.Errorf("install-service: %w", err)
 		}
 	}
-	agentChanged, err := systemd.InstallAgentService(ctx, l, m, log)
+	agentChanged, err := systemd.InstallAgentService(ctx, l, m, log, enableTimer...)
 	changed = changed || agentChanged
 	if err != nil {
 		return changed, err

@@ -224,7 +224,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	e.install(t, h)
 	step("Join: aks-flex-node start")
 	_, first := e.start(t, h, sc, "first")
-	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	kubetest.WaitReadySince(e.ctx, t, e.cp.Client, sc.nodeName, e.lastStart, 2*time.Minute)
 	firstReady := time.Since(e.lastStart)
 	e.checkJoined(t, h, sc)
 	e.checkStaticRoute(t, h, sc)
@@ -256,7 +256,9 @@ func (e *env) run(t *testing.T, sc scenario) {
 	// the image contract on their indexes instead of downloading it).
 	h.RunOK(t, sc.agent, "reset", "--keep-image-cache")
 	out, warm := e.start(t, h, sc, "warm")
-	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	// Ready as the new kubelet posts it: the Node still says Ready from
+	// before the reset.
+	kubetest.WaitReadySince(e.ctx, t, e.cp.Client, sc.nodeName, e.lastStart, 2*time.Minute)
 	warmReady := time.Since(e.lastStart)
 	if !strings.Contains(out, "from the offline bundle") {
 		t.Errorf("start did not say the worker image came from the bundle:\n%s", out)
@@ -287,7 +289,7 @@ func (e *env) run(t *testing.T, sc scenario) {
 	}
 	e.install(t, h)
 	out, fresh := e.start(t, h, sc, "fresh")
-	kubetest.WaitReady(e.ctx, t, e.cp.Client, sc.nodeName, 2*time.Minute)
+	kubetest.WaitReadySince(e.ctx, t, e.cp.Client, sc.nodeName, e.lastStart, 2*time.Minute)
 	if sc.upstreamAgain && !strings.Contains(out, upstreamBundleDir+" (upstream's layout): verified now") {
 		t.Errorf("the fresh start's preflight did not verify the upstream-layout bundle:\n%s", out)
 	}

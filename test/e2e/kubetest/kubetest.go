@@ -18,6 +18,15 @@ import (
 // does not.
 func WaitReady(ctx context.Context, t testing.TB, c kubernetes.Interface, node string, timeout time.Duration) {
 	t.Helper()
+	WaitReadySince(ctx, t, c, node, time.Time{}, timeout)
+}
+
+// WaitReadySince is WaitReady for a Ready posted at or after since (the
+// API server keeps heartbeats to the second): a Ready a kubelet from
+// before since left on the Node (a reset, then start) does not count.
+// since is this machine's clock, which the kubelets under test share.
+func WaitReadySince(ctx context.Context, t testing.TB, c kubernetes.Interface, node string, since time.Time, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := "not registered"
 	for time.Now().Before(deadline) {
@@ -25,11 +34,16 @@ func WaitReady(ctx context.Context, t testing.TB, c kubernetes.Interface, node s
 		if err == nil {
 			last = "no Ready condition"
 			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady {
-					if cond.Status == corev1.ConditionTrue {
-						return
-					}
-					last = fmt.Sprintf("Ready=%s: %s", cond.Status, cond.Message)
+				if cond.Type != corev1.NodeReady {
+					continue
+				}
+				last = fmt.Sprintf("Ready=%s: %s", cond.Status, cond.Message)
+				if cond.LastHeartbeatTime.Before(&metav1.Time{Time: since.Truncate(time.Second)}) {
+					last += fmt.Sprintf(" (heartbeat %s, before %s)", cond.LastHeartbeatTime.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339))
+					continue
+				}
+				if cond.Status == corev1.ConditionTrue {
+					return
 				}
 			}
 		}
