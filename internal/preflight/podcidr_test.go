@@ -20,7 +20,9 @@ func TestPodCIDRCheck(t *testing.T) {
 		return `{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[` + strings.Join(items, ",") + `]}`
 	}
 
-	srv.set(func(f *fakeAPIServer) { f.nodeList = list(node("flex-b", "10.244.2.0/24"), node("flex-a", "10.244.1.0/24"), node("new", "")) })
+	srv.set(func(f *fakeAPIServer) {
+		f.nodeList = list(node("flex-b", "10.244.2.0/24"), node("flex-a", "10.244.1.0/24"), node("new", ""))
+	})
 	want(t, h.run(NamePodCIDR), SeverityOK, "the cluster allocates node pod CIDRs: 2 of 3 Node(s) carry spec.podCIDR (flex-a 10.244.1.0/24, flex-b 10.244.2.0/24)")
 
 	srv.set(func(f *fakeAPIServer) { f.nodeList = list(node("vm-1", ""), node("vm-2", "")) })
