@@ -105,17 +105,23 @@ func benchRound(t *testing.T, n int) string {
 		mem = append(mem, machineMemory(ctx, m.h))
 	}
 	memAfter := memAvailableMiB(t)
+	// A Node's size as a list or watch event carries it: what each
+	// agent's keep-pod-routes list and watch move per Node.
+	nodeJSON, err := f.cp.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + f.members[0].name).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	slowest, fastest := took[0], took[0]
 	for _, d := range took {
 		slowest, fastest = max(slowest, d), min(fastest, d)
 	}
 	join := cpu1.sub(cpu0)
-	return fmt.Sprintf("n=%d all-ready=%v slowest-start=%v fastest-start=%v join-cpu: apiserver=%.1fs etcd=%.1fs (sum %.1fs, %.2fs/node) kcm=%.1fs sched=%.1fs; idle-cpu apiserver+etcd=%.3f s/s (%.4f s/s/node); routes-per-host=%d; agent-rss-MiB=[%s] machine-mem-MiB=[%s] mem-available-drop-per-host=%dMiB",
+	return fmt.Sprintf("n=%d all-ready=%v slowest-start=%v fastest-start=%v join-cpu: apiserver=%.1fs etcd=%.1fs (sum %.1fs, %.2fs/node) kcm=%.1fs sched=%.1fs; idle-cpu apiserver+etcd=%.3f s/s (%.4f s/s/node); routes-per-host=%d; agent-rss-MiB=[%s] machine-mem-MiB=[%s] mem-available-drop-per-host=%dMiB node-object=%dB",
 		n, allReady.Round(time.Millisecond), slowest.Round(time.Millisecond), fastest.Round(time.Millisecond),
 		join["kube-apiserver"], join["etcd"], join["kube-apiserver"]+join["etcd"], (join["kube-apiserver"]+join["etcd"])/float64(n),
 		join["kube-controller-manager"], join["kube-scheduler"],
 		cpu3.sub(cpu2).apiEtcd()/idle, cpu3.sub(cpu2).apiEtcd()/idle/float64(n), len(routes),
-		strings.Join(rss, " "), strings.Join(mem, " "), (memBefore-memAfter)/int64(n))
+		strings.Join(rss, " "), strings.Join(mem, " "), (memBefore-memAfter)/int64(n), len(nodeJSON))
 }
 
 // notReady says which of the round's n Nodes are not Ready ("" when all
