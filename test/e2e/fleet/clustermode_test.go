@@ -45,8 +45,15 @@ func TestClusterMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.h.RunOK(t, "/root/dist/install.sh", "--binary", "/root/dist/aks-flex-node", "--sha256", sha256Hex(t, f.dist+"/aks-flex-node"))
-	out := m.h.RunOK(t, s.agent, "start", "--join-timeout", "3m")
+	stdout, stderr, err := m.h.Run(ctx, s.agent, "start", "--join-timeout", "3m")
+	out := stdout + stderr
+	if err != nil {
+		t.Fatalf("start: %v\n%s", err, out)
+	}
 	t.Logf("BENCH cluster-mode start=%v", time.Since(begin).Round(time.Millisecond))
+	if !strings.Contains(out, "waits for the cluster's CNI (networking.mode cluster)") {
+		t.Errorf("start does not say the node waits for the cluster's CNI:\n%s", out)
+	}
 
 	// Registered, NotReady for want of a network config, and status says
 	// what is awaited.
