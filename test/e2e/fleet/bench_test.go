@@ -73,17 +73,30 @@ func benchRound(t *testing.T, n int) string {
 	cpu0 := cpuSeconds(t, pids)
 	took, errs := make([]time.Duration, n), make([]error, n)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
 	for i, m := range f.members {
 		wg.Go(func() {
 			b := time.Now()
 			_, stderr, err := m.h.Run(ctx, m.agent, "start", "--join-timeout", "5m")
+			mu.Lock()
+			defer mu.Unlock()
 			took[i] = time.Since(b)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: start: %w\n%s", m.name, err, stderr)
 			}
 		})
 	}
-	allReady := poll(t, ctx, 8*time.Minute, fmt.Sprintf("all %d Nodes Ready", n), func() string { return notReady(ctx, f, n) })
+	// A start that failed ends the round at once, naming its error.
+	allReady := poll(t, ctx, 8*time.Minute, fmt.Sprintf("all %d Nodes Ready", n), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return notReady(ctx, f, n)
+	})
 	cpu1 := cpuSeconds(t, pids)
 	wg.Wait()
 	for _, err := range errs {
