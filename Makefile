@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave deps clean
+.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
 
 all: build
 
@@ -105,6 +105,15 @@ bench-repave: deps
 	test/e2e/build-k8s.sh >/dev/null
 	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestRepave$$' ./repave/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
+
+# Fleet join figures (issue 17): N ACL-like hosts (AKS_FLEX_NODE_BENCH_FLEET_N,
+# default 1,2,4,6; 8 needs fs.inotify.max_user_instances above 128) run start at the same moment against one control
+# plane, each N on a lab and a control plane of its own: time until all
+# are Ready, the slowest start, the control plane's CPU during the join
+# and idle, routes per host, agent RSS and machine memory per host.
+bench-fleet: deps
+	test/e2e/build-k8s.sh >/dev/null
+	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 30m -v -run '^TestFleetBench$$' ./fleet/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
 
 # Worker image figures: `image build` of examples/worker-image/bookworm.json
 # from this machine's apt source with an empty and with a warm package

@@ -74,19 +74,24 @@ type readyWant struct {
 	since   string
 	// poll is how often the Node is read; 0 is every 500 ms.
 	poll time.Duration
+	// clusterCNI (networking.mode cluster) also ends the wait at a fresh
+	// NotReady whose only reason is the missing network config: the
+	// cluster's CNI DaemonSet comes to a registered node and writes it.
+	clusterCNI bool
 }
 
 // waitReadyAt polls, up to timeout, until the Node is Ready as want asks:
 // at want's kubelet version, with a heartbeat after want.after, posted by
 // a kubelet that runs since then, not the Ready one that stopped left
 // behind. wait-node-ready (start) and wait-node-version (repave) both
-// wait this way.
-func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) error {
+// wait this way. awaitingCNI says the wait ended on want.clusterCNI's
+// NotReady rather than on Ready.
+func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) (awaitingCNI bool, err error) {
 	last, poll := "", want.poll
 	if poll == 0 {
 		poll = 500 * time.Millisecond
 	}
-	err := wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		status, done := "", false
 		switch {
@@ -97,7 +102,7 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want
 		case want.version != "" && !sameVersion(n.Status.NodeInfo.KubeletVersion, want.version):
 			status = "kubelet " + n.Status.NodeInfo.KubeletVersion + " reported, waiting for " + want.version
 		default:
-			done, status = readySince(n, want)
+			done, awaitingCNI, status = readySince(n, want)
 		}
 		if status != last && progress != nil {
 			progress(status)
@@ -106,17 +111,18 @@ func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want
 		return done, nil
 	})
 	if err == nil {
-		return nil
+		return awaitingCNI, nil
 	}
 	if want.version == "" {
-		return fmt.Errorf("node %s not Ready within %v (last seen: %s)", name, timeout, last)
+		return false, fmt.Errorf("node %s not Ready within %v (last seen: %s)", name, timeout, last)
 	}
-	return fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, want.version, timeout, last)
+	return false, fmt.Errorf("node %s not Ready at kubelet %s within %v (last seen: %s)", name, want.version, timeout, last)
 }
 
 // readySince says whether n's Ready condition is True with a heartbeat
-// after want.after, and what was seen.
-func readySince(n *corev1.Node, want readyWant) (ready bool, status string) {
+// after want.after (or, with want.clusterCNI, False only for the missing
+// network config: awaitingCNI), and what was seen.
+func readySince(n *corev1.Node, want readyWant) (done, awaitingCNI bool, status string) {
 	reported := "node registered"
 	if want.version != "" {
 		reported = "kubelet " + want.version + " reported"
@@ -126,11 +132,24 @@ func readySince(n *corev1.Node, want readyWant) (ready bool, status string) {
 			continue
 		}
 		if !c.LastHeartbeatTime.After(want.after) {
-			return false, fmt.Sprintf("%s, no heartbeat since %s (Ready=%s from before)", reported, want.since, c.Status)
+			return false, false, fmt.Sprintf("%s, no heartbeat since %s (Ready=%s from before)", reported, want.since, c.Status)
 		}
-		return c.Status == corev1.ConditionTrue, fmt.Sprintf("node Ready=%s: %s", c.Status, c.Message)
+		status := fmt.Sprintf("node Ready=%s: %s", c.Status, c.Message)
+		if c.Status != corev1.ConditionTrue && want.clusterCNI && NetworkNotReady(c.Message) {
+			return true, true, status
+		}
+		return c.Status == corev1.ConditionTrue, false, status
 	}
-	return false, reported + ", not Ready"
+	return false, false, reported + ", not Ready"
+}
+
+// NetworkNotReady says a NotReady message is the kubelet's for a
+// container runtime with no network config yet, and nothing else: the
+// kubelet's runtime-network error ("container runtime network not ready:
+// NetworkReady=false reason:NetworkPluginNotReady ...") is the whole
+// message; with other errors it lists them all in brackets.
+func NetworkNotReady(msg string) bool {
+	return strings.HasPrefix(msg, "container runtime network not ready: NetworkReady=false")
 }
 
 // nearBound: ctx has ended or ends within a second, when a request fails

@@ -16,6 +16,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -158,7 +159,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		{Name: "join", Tasks: []task.Task{
 			WaitTLSBootstrap(m, c, s.opts.JoinTimeout),
 			WritePodNetwork(m, c, s.opts.JoinTimeout, s.nodeProgress),
-			WaitNodeReady(m, s.client, c.Agent.NodeName, s.opts.JoinTimeout, s.nodeProgress),
+			WaitNodeReady(m, s.client, c.Agent.NodeName, c.Networking.ClusterCNI(), s.opts.JoinTimeout, s.nodeProgress),
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, nodeSums),
@@ -227,6 +228,11 @@ func (s *Start) runPhases(ctx context.Context, phases []task.Phase, start time.T
 		s.progressf("node %s joined in %v (%d bytes hashed)", name, took, hashed)
 	} else {
 		s.progressf("node %s already joined: nothing changed (%v, %d bytes hashed)", name, took, hashed)
+	}
+	if s.opts.Config.Networking.ClusterCNI() {
+		if p, err := node.LoadedCNIConfig(s.machine.Root()); err == nil && p == "" {
+			s.progressf("node %s waits for the cluster's CNI (networking.mode cluster): it is not Ready until the CNI's DaemonSet pod writes its config into %s in machine %s", name, node.CNIConfDir, s.machine.Name)
+		}
 	}
 	return changed, nil
 }

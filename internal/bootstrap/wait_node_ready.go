@@ -17,8 +17,11 @@ type waitNodeReady struct {
 	machine  Machine
 	client   *NodeClient
 	nodeName string
-	timeout  time.Duration
-	progress func(string)
+	// clusterCNI: networking.mode cluster, where start ends at a
+	// registered Node that only lacks the cluster's CNI.
+	clusterCNI bool
+	timeout    time.Duration
+	progress   func(string)
 	// began is when this start began: the kubelet's start when systemd
 	// does not say.
 	began time.Time
@@ -32,9 +35,12 @@ type waitNodeReady struct {
 // restart, left on the Node does not count; the Ready of a kubelet that
 // runs on unchanged (a converged start) does. client is the API server as
 // the node sees it (its own credential: a node may read its own Node).
-// progress, when set, is told each new state seen.
-func WaitNodeReady(m Machine, client *NodeClient, nodeName string, timeout time.Duration, progress func(string)) task.Task {
-	return &waitNodeReady{machine: m, client: client, nodeName: nodeName, timeout: timeout, progress: progress, began: time.Now()}
+// progress, when set, is told each new state seen. With clusterCNI
+// (networking.mode cluster) a fresh NotReady whose only reason is the
+// missing network config also ends the wait, and the task says the node
+// waits for the cluster's CNI.
+func WaitNodeReady(m Machine, client *NodeClient, nodeName string, clusterCNI bool, timeout time.Duration, progress func(string)) task.Task {
+	return &waitNodeReady{machine: m, client: client, nodeName: nodeName, clusterCNI: clusterCNI, timeout: timeout, progress: progress, began: time.Now()}
 }
 
 func (t *waitNodeReady) Name() string { return "wait-node-ready" }
@@ -50,9 +56,13 @@ func (t *waitNodeReady) Do(ctx context.Context) (task.Result, error) {
 	}
 	// Read every 200 ms: this wait is the end of a join, and half the
 	// interval is what it adds on average.
-	want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 200 * time.Millisecond}
-	if err := waitReadyAt(ctx, cs, t.nodeName, want, t.timeout, t.progress); err != nil {
+	want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 200 * time.Millisecond, clusterCNI: t.clusterCNI}
+	awaitingCNI, err := waitReadyAt(ctx, cs, t.nodeName, want, t.timeout, t.progress)
+	if err != nil {
 		return task.Result{}, fmt.Errorf("%w; %s", err, t.machine.logHint("kubelet"))
+	}
+	if awaitingCNI {
+		return task.Result{Detail: fmt.Sprintf("node %s registered; not Ready until the cluster's CNI writes its config into %s in machine %s (networking.mode cluster)", t.nodeName, node.CNIConfDir, t.machine.Name)}, nil
 	}
 	return task.Result{}, nil
 }

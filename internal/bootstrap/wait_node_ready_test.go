@@ -59,7 +59,7 @@ func waitReadyTask(t *testing.T, cs kubernetes.Interface, started time.Time) *wa
 		return nil, errors.New("unexpected " + name + " " + strings.Join(args, " "))
 	}
 	client := &NodeClient{New: func() (kubernetes.Interface, error) { return cs, nil }}
-	return WaitNodeReady(NewMachine(l, "kube1", run), client, "n1", 300*time.Millisecond, nil).(*waitNodeReady)
+	return WaitNodeReady(NewMachine(l, "kube1", run), client, "n1", false, 300*time.Millisecond, nil).(*waitNodeReady)
 }
 
 // A Ready a kubelet from before this one left on the Node (a reset, then
@@ -111,5 +111,51 @@ func TestWaitNodeReadyWithoutKubeletStart(t *testing.T) {
 	}
 	if _, err := task.Do(t.Context()); err != nil {
 		t.Fatalf("Ready since this start: %v", err)
+	}
+}
+
+// The kubelet's NotReady messages, as 1.35 writes them.
+const (
+	noCNIMessage = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+	twoErrors    = "[container runtime status check may not have completed yet, " + noCNIMessage + "]"
+)
+
+// In networking.mode cluster, start's wait ends at a fresh NotReady whose
+// only reason is the missing network config (the cluster's CNI DaemonSet
+// comes to the registered node), and says so; in bridge mode, with any
+// other reason, or with a heartbeat from before the kubelet started, it
+// waits for Ready.
+func TestWaitReadyAtClusterCNI(t *testing.T) {
+	started := time.Now().Add(-3 * time.Second)
+	cases := []struct {
+		name        string
+		status      corev1.ConditionStatus
+		msg         string
+		heartbeat   time.Time
+		clusterCNI  bool
+		wantAwaited bool
+		wantErr     bool
+	}{
+		{"ready", corev1.ConditionTrue, "kubelet is posting ready status", started.Add(time.Second), false, false, false},
+		{"cluster mode, ready", corev1.ConditionTrue, "kubelet is posting ready status", started.Add(time.Second), true, false, false},
+		{"cluster mode, no CNI config", corev1.ConditionFalse, noCNIMessage, started.Add(time.Second), true, true, false},
+		{"cluster mode, no CNI config from before", corev1.ConditionFalse, noCNIMessage, started.Add(-20 * time.Second), true, false, true},
+		{"bridge mode, no CNI config", corev1.ConditionFalse, noCNIMessage, started.Add(time.Second), false, false, true},
+		{"cluster mode, another error too", corev1.ConditionFalse, twoErrors, started.Add(time.Second), true, false, true},
+		{"cluster mode, another reason", corev1.ConditionFalse, "PLEG is not healthy: pleg was last seen active 3m0s ago", started.Add(time.Second), true, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := readyNode(c.status, c.heartbeat)
+			n.Status.Conditions[0].Message = c.msg
+			want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 20 * time.Millisecond, clusterCNI: c.clusterCNI}
+			awaited, err := waitReadyAt(t.Context(), fake.NewClientset(n), "n1", want, 300*time.Millisecond, nil)
+			if awaited != c.wantAwaited || (err != nil) != c.wantErr {
+				t.Fatalf("awaited %v, err %v; want awaited %v, error %v", awaited, err, c.wantAwaited, c.wantErr)
+			}
+			if c.wantErr && c.heartbeat.After(started) && !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("error %q does not say what was last seen (%q)", err, c.msg)
+			}
+		})
 	}
 }

@@ -37,7 +37,7 @@ func (t *waitNodeVersion) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	task.Wait(ctx, "Node "+t.nodeName+" to be Ready at kubelet "+t.version)
-	if err := waitReadyAt(ctx, cs, t.nodeName, readyWant{version: t.version, after: after, since: "the switch"}, t.timeout, t.progress); err != nil {
+	if _, err := waitReadyAt(ctx, cs, t.nodeName, readyWant{version: t.version, after: after, since: "the switch"}, t.timeout, t.progress); err != nil {
 		return task.Result{}, &notReadyError{err: err, hint: t.machine.logHint("kubelet")}
 	}
 	return task.Result{Detail: "Ready at kubelet " + t.version}, nil

@@ -25,8 +25,9 @@ type writePodNetwork struct {
 	began time.Time
 }
 
-// WritePodNetwork returns the task that gives the node its pod network
-// when the config does not name the node's range (networking.podCIDR;
+// WritePodNetwork returns the task that gives a bridge-mode node its pod
+// network (networking.mode cluster: nothing to do) when the config does
+// not name the node's range (networking.podCIDR;
 // write-node-config wrote the bridge config then): it waits, up to
 // timeout, for the registered Node's spec.podCIDR, which the controller
 // manager allocates when it runs with --allocate-node-cidrs, and writes
@@ -39,6 +40,9 @@ func WritePodNetwork(m Machine, c *config.Config, timeout time.Duration, progres
 func (t *writePodNetwork) Name() string { return "write-pod-network" }
 
 func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
+	if t.config.Networking.ClusterCNI() {
+		return task.Result{Detail: "networking.mode cluster: the cluster's CNI writes the network config"}, nil
+	}
 	if t.config.Networking.PodCIDR != "" {
 		return task.Result{}, nil
 	}
@@ -104,7 +108,7 @@ func (t *writePodNetwork) reportNow(ctx context.Context, cs kubernetes.Interface
 	}
 	if started, err := kubeletStarted(ctx, t.machine); err == nil {
 		want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 100 * time.Millisecond}
-		if waitReadyAt(ctx, cs, name, want, selfReport, nil) == nil {
+		if _, err := waitReadyAt(ctx, cs, name, want, selfReport, nil); err == nil {
 			return task.Result{Changed: true, Detail: "the kubelet reported the pod network"}, nil
 		}
 	}

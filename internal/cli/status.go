@@ -25,7 +25,9 @@ back, and when: a machine started, a node file restored, a unit started,
 the inactive side stopped), and the node's machines: which one is active,
 what each runs (Kubernetes version, worker image digest, why a repave to it
 was rolled back), the repave in flight and the last one (from, to,
-duration, result, reason). The layout comes from --config; an absent or unreadable
+duration, result, reason), and the node's pod network: the mode, the CNI
+config containerd loads, or what the node waits for (in networking.mode
+cluster, the cluster's CNI). The layout comes from --config; an absent or unreadable
 config selects the default layout, and says so on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,12 +51,14 @@ config selects the default layout, and says so on stderr.`,
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
+			network := readNodeNetwork(l, sides)
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					*upgrade.Status
 					Repairs []state.Repair `json:"repairs"`
 					Node    *state.Sides   `json:"node"`
-				}{s, repairs, sides})
+					Network nodeNetwork    `json:"network"`
+				}{s, repairs, sides, network})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "agent:      %s (version %s)\n", s.AgentBinary, orNone(s.CurrentVersion))
@@ -92,6 +96,7 @@ config selects the default layout, and says so on stderr.`,
 			}
 			printRepairs(w, repairs)
 			printSides(w, l.Machines(), sides)
+			printNetwork(w, network)
 			return nil
 		},
 	}

@@ -19,6 +19,7 @@ const (
 	DefaultSandboxImage             = "mcr.microsoft.com/oss/kubernetes/pause:3.10"
 	DefaultDNSServiceIP             = "10.0.0.10"
 	DefaultCNIVersion               = "1.6.2"
+	DefaultNetworkMode              = NetworkModeBridge
 	DefaultMaxPods                  = 110
 	DefaultKubeletVerbosity         = 2
 	DefaultImageGCHighThreshold     = 85
@@ -57,6 +58,7 @@ func ApplyDefaults(c *Config) {
 	setStr(&c.Components.SandboxImage, DefaultSandboxImage)
 	setStr(&c.Networking.DNSServiceIP, DefaultDNSServiceIP)
 	setStr(&c.Networking.CNIVersion, DefaultCNIVersion)
+	setStr(&c.Networking.Mode, DefaultNetworkMode)
 	setInt(&c.Node.MaxPods, DefaultMaxPods)
 	if c.Node.Kubelet.Verbosity == nil {
 		v := DefaultKubeletVerbosity

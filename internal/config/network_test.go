@@ -40,6 +40,10 @@ func TestNetworkValidation(t *testing.T) {
 		contain string
 	}{
 		{"route ok", routes(good), "", ""},
+		{"mode bridge ok", map[string]any{"networking.mode": "bridge"}, "", ""},
+		{"mode cluster ok", map[string]any{"networking.mode": "cluster"}, "", ""},
+		{"mode unknown", map[string]any{"networking.mode": "overlay"}, "networking.mode", `"overlay" is not one of bridge, cluster`},
+		{"mode cluster with a pod CIDR", map[string]any{"networking.mode": "cluster", "networking.podCIDR": "10.244.3.0/24"}, "networking.podCIDR", "the cluster's CNI gives the pods their addresses"},
 		{"route dev only ok", routes(route("destination", "10.30.0.0/16", "dev", "eth1")), "", ""},
 		{"explicit default ok", routes(route("destination", "0.0.0.0/0", "gateway", "192.168.10.1")), "", ""},
 		{"disabled routes still checked", map[string]any{"hostRouting.staticRoutes.routes": []any{route("destination", "10.30.0.0", "dev", "eth1")}}, r0 + ".destination", "not a CIDR"},
@@ -106,5 +110,19 @@ func TestClusterRanges(t *testing.T) {
 	n = Networking{DNSServiceIP: "10.0.0.10", ServiceCIDR: "10.0.0.0/16", PodCIDR: "10.244.1.0/24"}
 	if r := n.ClusterRanges(); len(r) != 2 || r["networking.serviceCIDR"].String() != "10.0.0.0/16" || r["networking.podCIDR"].String() != "10.244.1.0/24" {
 		t.Errorf("both: %v", r)
+	}
+}
+
+// A config without networking.mode is a bridge-mode node, as every node
+// was before the key existed.
+func TestNetworkModeDefault(t *testing.T) {
+	var c Config
+	ApplyDefaults(&c)
+	if c.Networking.Mode != NetworkModeBridge || c.Networking.ClusterCNI() {
+		t.Fatalf("default mode %q, ClusterCNI %v", c.Networking.Mode, c.Networking.ClusterCNI())
+	}
+	c.Networking.Mode = NetworkModeCluster
+	if !c.Networking.ClusterCNI() {
+		t.Fatal("mode cluster: ClusterCNI false")
 	}
 }

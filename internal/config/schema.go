@@ -115,6 +115,11 @@ type OfflineArtifacts struct {
 }
 
 type Networking struct {
+	// Mode is who gives the node its pod network: NetworkModeBridge (the
+	// agent's bridge + host-local config, routes between flex nodes) or
+	// NetworkModeCluster (the cluster's CNI DaemonSet writes its own
+	// config into the machine; the agent writes none).
+	Mode         string `json:"mode"`
 	DNSServiceIP string `json:"dnsServiceIP"`
 	CNIVersion   string `json:"cniVersion"`
 	// PodCIDR is this node's pod range for the bridge CNI config. Empty

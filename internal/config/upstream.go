@@ -151,6 +151,7 @@ var UpstreamKeys = []UpstreamKey{
 	// networking
 	{Key: "networking.dnsServiceIP", Outcome: Implemented, Sample: `"10.0.0.10"`},
 	{Key: "networking.cniVersion", Outcome: Implemented, Here: "default " + DefaultCNIVersion + "; upstream's agent uses 1.5.1. Both speak the CNI spec 1.0.0 of the bridge config aks-flex-node writes; 1.6.2 is the newer release", Sample: `"v1.6.2"`},
+	{Key: "networking.mode", Outcome: Ours, Here: "who gives the node its pod network: bridge (default; the agent's bridge config, routes between flex nodes) or cluster (the cluster's CNI DaemonSet writes its config into the machine; the node is Ready once it has)", Sample: `"cluster"`},
 	{Key: "networking.podCIDR", Outcome: Ours, Here: "this node's pod range for the bridge CNI config; empty takes the Node's spec.podCIDR (the controller manager's --allocate-node-cidrs)", Sample: `"10.244.3.0/24"`},
 	{Key: "networking.serviceCIDR", Outcome: Ours, Here: "the cluster's Service range, for the overlap checks (empty: networking.dnsServiceIP alone)", Sample: `"10.0.0.0/16"`},
 	{Key: "networking.localDNS", Outcome: Refused, Did: "runs AKS LocalDNS (a node-local CoreDNS) on the node", Not: "aks-flex-node does not", Sample: `{"mode":"Preferred"}`},

@@ -19,7 +19,31 @@ const MaxMetric = 1<<32 - 1
 // hostRouting's by it), so a static route may not use it.
 const PodRouteMetric = 217
 
+// The values of networking.mode.
+const (
+	// NetworkModeBridge: the agent writes the bridge + host-local CNI
+	// config for the node's pod CIDR and routes to the other flex nodes'.
+	NetworkModeBridge = "bridge"
+	// NetworkModeCluster: the cluster's CNI (a DaemonSet) writes its own
+	// config into the machine; the agent writes none, programs no pod
+	// routes or masquerade, and the node is Ready once that config is in.
+	NetworkModeCluster = "cluster"
+)
+
+// ClusterCNI says the cluster's CNI, not the agent, gives the node its
+// pod network (networking.mode cluster).
+func (n *Networking) ClusterCNI() bool { return n.Mode == NetworkModeCluster }
+
 func (v *validator) networking(n *Networking) {
+	switch n.Mode {
+	case NetworkModeBridge:
+	case NetworkModeCluster:
+		if n.PodCIDR != "" {
+			v.add("networking.podCIDR", "%q is set with networking.mode %q: the cluster's CNI gives the pods their addresses; remove it, or use mode %q", n.PodCIDR, n.Mode, NetworkModeBridge)
+		}
+	default:
+		v.add("networking.mode", "%q is not one of %s, %s", n.Mode, NetworkModeBridge, NetworkModeCluster)
+	}
 	if net.ParseIP(n.DNSServiceIP) == nil {
 		v.add("networking.dnsServiceIP", "%q is not an IP address", n.DNSServiceIP)
 	}

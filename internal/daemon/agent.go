@@ -59,9 +59,12 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
 			Reset: func(ctx context.Context) error { return startDeletionReset(ctx, l) },
 		}))
-		// The node's bridge network reaches the other nodes' pods.
-		a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClient,
-			PodCIDR: c.Networking.PodCIDR, Window: interval}))
+		// The node's bridge network reaches the other nodes' pods; in
+		// networking.mode cluster the cluster's CNI routes them.
+		if !c.Networking.ClusterCNI() {
+			a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClient,
+				PodCIDR: c.Networking.PodCIDR, Window: interval}))
+		}
 		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
 		if err != nil {
 			return nil, err

@@ -9,11 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/preflight"
@@ -26,6 +24,9 @@ func checkCNI(e *Env) preflight.Check {
 	return preflight.NewCheck(NameCNI, node.CNIConfDir+" in the machine", func(ctx context.Context) preflight.Result {
 		name, conf, err := e.cniConfig()
 		if err != nil {
+			if e.Config != nil && e.Config.Networking.ClusterCNI() {
+				return preflight.Error("networking.mode is cluster: the node waits for the cluster's CNI (its DaemonSet's pod on this node) to write its config into "+node.CNIConfDir+" in the machine; check that pod (kubectl get pods -A -o wide --field-selector spec.nodeName="+e.nodeName()+")", "%v", err)
+			}
 			return preflight.Error("aks-flex-node start writes the fallback bridge network ("+node.CNIConfFile+"); a CNI the cluster installs writes its own", "%v", err)
 		}
 		cidrs := conf.ranges
@@ -73,39 +74,22 @@ type cniConf struct {
 // cniConfig reads the CNI config containerd loads: the first .conflist,
 // .conf or .json file in the conf dir, by name.
 func (e *Env) cniConfig() (string, cniConf, error) {
-	r, err := fsroot.OpenDir(e.machineRoot(), node.CNIConfDir)
+	p, err := node.LoadedCNIConfig(e.machineRoot())
 	if err != nil {
-		return "", cniConf{}, fmt.Errorf("no CNI config dir %s in machine %s: %w", node.CNIConfDir, e.machineName(), err)
+		return "", cniConf{}, fmt.Errorf("CNI config dir %s in machine %s: %w", node.CNIConfDir, e.machineName(), err)
 	}
-	defer r.Close()
-	d, err := r.Open(".")
+	if p == "" {
+		return "", cniConf{}, fmt.Errorf("no network config (.conflist, .conf) in %s in machine %s", node.CNIConfDir, e.machineName())
+	}
+	data, err := fsutil.ReadFileIn(e.machineRoot(), p, 1<<20)
 	if err != nil {
-		return "", cniConf{}, err
+		return p, cniConf{}, fmt.Errorf("read %s in machine %s: %w", p, e.machineName(), err)
 	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
+	c, err := parseCNI(data)
 	if err != nil {
-		return "", cniConf{}, err
+		return p, cniConf{}, fmt.Errorf("%s in machine %s, the config containerd loads, does not parse: %w", p, e.machineName(), err)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		switch filepath.Ext(n) {
-		case ".conflist", ".conf", ".json":
-		default:
-			continue
-		}
-		p := node.CNIConfDir + "/" + n
-		data, err := fsutil.ReadFileIn(e.machineRoot(), p, 1<<20)
-		if err != nil {
-			return p, cniConf{}, fmt.Errorf("read %s in machine %s: %w", p, e.machineName(), err)
-		}
-		c, err := parseCNI(data)
-		if err != nil {
-			return p, cniConf{}, fmt.Errorf("%s in machine %s, the config containerd loads, does not parse: %w", p, e.machineName(), err)
-		}
-		return p, c, nil
-	}
-	return "", cniConf{}, fmt.Errorf("no network config (.conflist, .conf) in %s in machine %s", node.CNIConfDir, e.machineName())
+	return p, c, nil
 }
 
 func parseCNI(data []byte) (cniConf, error) {

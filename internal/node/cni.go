@@ -2,9 +2,14 @@ package node
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
@@ -114,4 +119,37 @@ func WriteCNIConfig(machineRoot string, c *config.Config, podCIDR string) (bool,
 		return false, fmt.Errorf("write %s in machine %s: %w", CNIConfFile, machineRoot, err)
 	}
 	return changed, nil
+}
+
+// LoadedCNIConfig names the network config containerd loads in the
+// machine rootfs at machineRoot, as a path inside the machine: the first
+// .conflist, .conf or .json file in CNIConfDir by name. "" without an
+// error when there is none yet (the dir missing or empty): a node in
+// networking.mode cluster waits for the cluster's CNI to write one.
+func LoadedCNIConfig(machineRoot string) (string, error) {
+	r, err := fsroot.OpenDir(machineRoot, CNIConfDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	d, err := r.Open(".")
+	if err != nil {
+		return "", err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		switch filepath.Ext(n) {
+		case ".conflist", ".conf", ".json":
+			return CNIConfDir + "/" + n, nil
+		}
+	}
+	return "", nil
 }

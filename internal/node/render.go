@@ -160,10 +160,15 @@ func enabledUnits(o Options) []string {
 // staleFiles are the files Render produces only in some modes; Write
 // removes those the current mode does not produce, so a host that changed
 // cgroup mode converges instead of keeping a unit that remounts nothing,
-// and one that changed from a bootstrap token to an identity keeps no
-// token.
-func staleFiles(o Options, identity bool) []string {
+// one that changed from a bootstrap token to an identity keeps no
+// token, and one moved to networking.mode cluster keeps no bridge config.
+func staleFiles(o Options, identity, clusterCNI bool) []string {
 	var stale []string
+	if clusterCNI {
+		// A node moved from bridge to cluster mode: containerd loads the
+		// first config by name, and the cluster's may sort after ours.
+		stale = append(stale, CNIConfFile)
+	}
 	if !o.CgroupV1 {
 		stale = append(stale, wantsDir+"/"+CgroupRWUnitName, CgroupRWUnitFile, CgroupRWScript)
 	}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 )
 
@@ -45,7 +46,16 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 		files = append(files, f.Path)
 	}
 	identity := c.Azure.Identity()
-	for _, p := range staleFiles(o, identity) {
+	if c.Networking.ClusterCNI() {
+		// The cluster's CNI installs its config here (its plugins go to
+		// nodedirs.CNIBin, which the bundle's install made): the dir
+		// containerd watches exists before the kubelet starts, with the
+		// mode a DaemonSet's hostPath mount expects.
+		if _, err := fsroot.MkdirAll(machineRoot, CNIConfDir, 0o755); err != nil {
+			return changed, files, fmt.Errorf("make %s in machine %s: %w", CNIConfDir, machineRoot, err)
+		}
+	}
+	for _, p := range staleFiles(o, identity, c.Networking.ClusterCNI()) {
 		removed, err := fsutil.RemoveIn(machineRoot, p)
 		if err != nil {
 			return changed, files, fmt.Errorf("remove %s in machine %s: %w", p, machineRoot, err)

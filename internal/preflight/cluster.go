@@ -190,6 +190,18 @@ func redact(err error, token string) string {
 	return s
 }
 
+// readCredential is the join credential the read-only questions ask
+// with: the bootstrap token, or a token for the Azure identity.
+func (e *Env) readCredential(ctx context.Context) (string, bool) {
+	if _, token, ok := e.tokenID(); ok {
+		return token, true
+	}
+	if _, tok, isID, err := e.identityToken(ctx); isID && err == nil {
+		return tok.AccessToken, true
+	}
+	return "", false
+}
+
 // nodeNameCheck is best-effort: the name's syntax was validated when the
 // config was loaded, and whether a Node of that name exists is only
 // answered when the bootstrap token may read Nodes. Every "cannot tell"
@@ -198,12 +210,7 @@ func nodeNameCheck(e *Env) Check {
 	name := e.Config.Agent.NodeName
 	return NewCheck(NameNodeName, fmt.Sprintf("agent.nodeName %s", name), func(ctx context.Context) Result {
 		valid := fmt.Sprintf("%s is a valid DNS-1123 name", name)
-		_, token, ok := e.tokenID()
-		if !ok {
-			if _, tok, isID, err := e.identityToken(ctx); isID && err == nil {
-				token, ok = tok.AccessToken, true
-			}
-		}
+		token, ok := e.readCredential(ctx)
 		switch {
 		case e.serverURL() == "":
 			return OK("%s; whether a Node of that name exists is not checked: %s is empty", valid, fqdnKey)

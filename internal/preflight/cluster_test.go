@@ -29,6 +29,10 @@ type fakeAPIServer struct {
 	bearer string
 	denied map[string]bool
 	seen   []string
+	// nodeList answers GET /api/v1/nodes (404 when empty); listCode is
+	// its status (default 200).
+	nodeList string
+	listCode int
 }
 
 // set changes the server's behaviour between requests.
@@ -93,6 +97,11 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		p := clusterprep.Permission{Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace}
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"allowed": !f.denied[p.String()]}})
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes" && (f.nodeList != "" || f.listCode != 0):
+		if f.listCode != 0 {
+			w.WriteHeader(f.listCode)
+		}
+		_, _ = io.WriteString(w, f.nodeList)
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+testNode:
 		w.WriteHeader(f.node)
 		_, _ = io.WriteString(w, `{"kind":"Node"}`)

@@ -59,8 +59,11 @@ func networkingOverlapCheck(e *Env) Check {
 			}
 		}
 		pod := ""
-		if c.Networking.PodCIDR == "" {
-			pod = "; the node's pod CIDR is not in the config: start takes the Node's spec.podCIDR once the node has registered (the controller manager must run with --allocate-node-cidrs)"
+		switch {
+		case c.Networking.ClusterCNI():
+			pod = "; networking.mode cluster: the cluster's CNI chooses the pod addresses"
+		case c.Networking.PodCIDR == "":
+			pod = "; the node's pod CIDR is not in the config: start takes the Node's spec.podCIDR once the node has registered (the controller manager must run with --allocate-node-cidrs; see " + NamePodCIDR + ")"
 		}
 		return OK("%s meet no host address or route; ip_forward and bridge netfilter settable%s", strings.Join(names, ", "), pod)
 	})

@@ -70,6 +70,8 @@ type fleet struct {
 	bundle   string
 	manifest fixtures.Manifest
 	members  []*member
+	// labHosts is how many host namespaces setUp makes; 0: one per spec.
+	labHosts int
 }
 
 func repoRoot() string {
@@ -118,7 +120,11 @@ func (f *fleet) setUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.manifest = manifest
-	f.lab = newLab(t, len(specs))
+	n := len(specs)
+	if f.labHosts > 0 {
+		n = f.labHosts
+	}
+	f.lab = newLab(t, n)
 	if f.cp, err = controlplane.Start(f.ctx, controlplane.Options{BinDir: binDir, WorkDir: t.TempDir(), AdvertiseAddress: f.lab.link.Outer, Logf: t.Logf}); err != nil {
 		t.Fatal(err)
 	}
