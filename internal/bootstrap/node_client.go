@@ -10,28 +10,29 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 )
 
 // NodeClient is the API server as the node sees it (its own credential),
 // made on first use: a repave's tasks read it from the side that joined,
 // which stays on disk after it stops.
 type NodeClient struct {
-	New  func() (kubernetes.Interface, error)
+	New  func() (kubeclient.Interface, error)
 	once sync.Once
-	cs   kubernetes.Interface
+	cs   kubeclient.Interface
 	err  error
 }
 
 // Get returns the client, made once.
-func (n *NodeClient) Get() (kubernetes.Interface, error) {
+func (n *NodeClient) Get() (kubeclient.Interface, error) {
 	n.once.Do(func() { n.cs, n.err = n.New() })
 	return n.cs, n.err
 }
 
 // readyHeartbeat is the last heartbeat of the Node's Ready condition (zero
 // when it has none): a wait for the new side looks for a later one.
-func readyHeartbeat(ctx context.Context, cs kubernetes.Interface, name string) (time.Time, error) {
+func readyHeartbeat(ctx context.Context, cs kubeclient.Interface, name string) (time.Time, error) {
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return time.Time{}, err
@@ -50,7 +51,7 @@ func sameVersion(a, b string) bool { return strings.TrimPrefix(a, "v") == string
 // waitReadyAt polls, up to timeout, until the Node is Ready at kubelet
 // version v with a heartbeat after after: posted by a kubelet that
 // started since, not the Ready the stopped one left behind.
-func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name, v string, after time.Time, timeout time.Duration, progress func(string)) error {
+func waitReadyAt(ctx context.Context, cs kubeclient.Interface, name, v string, after time.Time, timeout time.Duration, progress func(string)) error {
 	last := ""
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

@@ -8,9 +8,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -47,7 +47,7 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	kc.Timeout = 10 * time.Second
-	cs, err := kubernetes.NewForConfig(kc)
+	cs, err := kubeclient.NewForConfig(kc)
 	if err != nil {
 		return task.Result{}, err
 	}
