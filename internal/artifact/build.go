@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -119,7 +120,7 @@ func buildArch(o BuildOptions) (string, error) {
 	case o.Arch != "":
 		arch = o.Arch
 	}
-	if !archRE.MatchString(arch) {
+	if !archRE().MatchString(arch) {
 		return "", fmt.Errorf("arch %q is not amd64 or arm64 (set --arch or the spec's arch)", arch)
 	}
 	return arch, nil
@@ -445,8 +446,10 @@ func (c *countReader) Read(p []byte) (int, error) {
 // License and notice files, by name. LICENSE is what every redistribution
 // must carry; notices are carried when the project has them.
 var (
-	licenseRE = regexp.MustCompile(`^LICENSE(\.(txt|md))?$`)
-	noticeRE  = regexp.MustCompile(`^(NOTICE|THIRD_PARTY_NOTICES|ThirdPartyNotices)[A-Za-z0-9._-]*$`)
+	licenseRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^LICENSE(\.(txt|md))?$`) })
+	noticeRE  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(NOTICE|THIRD_PARTY_NOTICES|ThirdPartyNotices)[A-Za-z0-9._-]*$`)
+	})
 )
 
 // collectLegal lists the legal files of dir, sorted: LICENSE is required
@@ -460,7 +463,7 @@ func collectLegal(dir string) (names, notes []string, err error) {
 	var license, notice bool
 	for _, de := range des {
 		n := de.Name()
-		isLicense, isNotice := licenseRE.MatchString(n), noticeRE.MatchString(n)
+		isLicense, isNotice := licenseRE().MatchString(n), noticeRE().MatchString(n)
 		if !isLicense && !isNotice {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/strictjson"
@@ -20,9 +21,11 @@ type Spec struct {
 }
 
 var (
-	specVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-	archRE        = regexp.MustCompile(`^(amd64|arm64)$`)
-	imageRefRE    = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$`)
+	specVersionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`) })
+	archRE        = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(amd64|arm64)$`) })
+	imageRefRE    = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$`)
+	})
 )
 
 // LoadSpec reads and validates a build spec strictly: unknown fields are
@@ -48,7 +51,7 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 	if s.SchemaVersion != SchemaVersion {
 		bad("schemaVersion", "%d is not supported (want %d)", s.SchemaVersion, SchemaVersion)
 	}
-	if s.Arch != "" && !archRE.MatchString(s.Arch) {
+	if s.Arch != "" && !archRE().MatchString(s.Arch) {
 		bad("arch", "%q is not amd64 or arm64", s.Arch)
 	}
 	for _, c := range []struct {
@@ -64,7 +67,7 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 		switch {
 		case c.v == "" && c.required:
 			bad(c.field, "is required")
-		case c.v != "" && !specVersionRE.MatchString(c.v):
+		case c.v != "" && !specVersionRE().MatchString(c.v):
 			bad(c.field, "%q is not a version like 1.2.3 (no leading v)", c.v)
 		}
 	}
@@ -79,7 +82,7 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 			bad(field+".path", "%q is listed twice", im.Path)
 		}
 		seen[im.Path] = true
-		if !imageRefRE.MatchString(im.Ref) {
+		if !imageRefRE().MatchString(im.Ref) {
 			bad(field+".ref", "%q is not an image reference like registry.k8s.io/pause:3.10", im.Ref)
 		}
 	}

@@ -138,7 +138,7 @@ func parseUpstream(name string, data []byte) (*upstreamManifest, error) {
 		switch {
 		case *f.v == "":
 			bad(f.field, "is required")
-		case !specVersionRE.MatchString(*f.v):
+		case !specVersionRE().MatchString(*f.v):
 			bad(f.field, "%q is not a version like 1.2.3 or v1.2.3", *f.v)
 		}
 	}
@@ -148,7 +148,7 @@ func parseUpstream(name string, data []byte) (*upstreamManifest, error) {
 		switch {
 		case r == "" || slices.Contains(refs, r):
 			continue
-		case !imageRefRE.MatchString(r):
+		case !imageRefRE().MatchString(r):
 			bad(fmt.Sprintf("containerImages[%d]", i), "%q is not an image reference", r)
 		}
 		refs = append(refs, r)

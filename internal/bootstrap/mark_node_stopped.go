@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -65,7 +65,7 @@ func (t *markNodeStopped) Do(ctx context.Context) (task.Result, error) {
 // condition's type: the other conditions, and Ready's heartbeat, stay),
 // unless it is Unknown already. A patch of nodes/status is what the
 // node's credential may do (clusterprep's list).
-func (t *markNodeStopped) mark(ctx context.Context, cs kubernetes.Interface) (bool, error) {
+func (t *markNodeStopped) mark(ctx context.Context, cs kubeclient.Interface) (bool, error) {
 	n, err := cs.CoreV1().Nodes().Get(ctx, t.nodeName, metav1.GetOptions{})
 	if err != nil {
 		return false, err

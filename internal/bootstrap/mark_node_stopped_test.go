@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -20,7 +22,7 @@ func TestMarkNodeStopped(t *testing.T) {
 	node := readyNode(corev1.ConditionTrue, hb)
 	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse})
 	cs := fake.NewClientset(node)
-	client := &NodeClient{New: func() (kubernetes.Interface, error) { return cs, nil }}
+	client := &NodeClient{New: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }}
 	res, err := MarkNodeStopped(client, "n1", time.Second).Do(t.Context())
 	if err != nil || !res.Changed {
 		t.Fatalf("mark: %+v %v", res, err)
@@ -40,7 +42,7 @@ func TestMarkNodeStopped(t *testing.T) {
 	if res, err := MarkNodeStopped(client, "n1", time.Second).Do(t.Context()); err != nil || res.Changed {
 		t.Errorf("second mark: %+v %v", res, err)
 	}
-	gone := &NodeClient{New: func() (kubernetes.Interface, error) { return nil, errors.New("no credential") }}
+	gone := &NodeClient{New: func() (kubeclient.Interface, error) { return nil, errors.New("no credential") }}
 	if res, err := MarkNodeStopped(gone, "n1", time.Second).Do(t.Context()); err != nil || res.Changed || !strings.Contains(res.Detail, "no credential") {
 		t.Errorf("without a client: %+v %v", res, err)
 	}

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -21,9 +21,9 @@ import (
 // made on first use: a repave's tasks read it from the side that joined,
 // which stays on disk after it stops.
 type NodeClient struct {
-	New  func() (kubernetes.Interface, error)
+	New  func() (kubeclient.Interface, error)
 	once sync.Once
-	cs   kubernetes.Interface
+	cs   kubeclient.Interface
 	err  error
 }
 
@@ -31,25 +31,25 @@ type NodeClient struct {
 // root() sees it (node.ClientConfig: the kubelet's credential, or the
 // config's Azure identity), made on first use.
 func nodeClientFor(c *config.Config, l layout.Layout, root func() string) *NodeClient {
-	return &NodeClient{New: func() (kubernetes.Interface, error) {
+	return &NodeClient{New: func() (kubeclient.Interface, error) {
 		cfg, err := node.ClientConfig(c, l, root())
 		if err != nil {
 			return nil, err
 		}
 		cfg.Timeout = 10 * time.Second
-		return kubernetes.NewForConfig(cfg)
+		return kubeclient.NewForConfig(cfg)
 	}}
 }
 
 // Get returns the client, made once.
-func (n *NodeClient) Get() (kubernetes.Interface, error) {
+func (n *NodeClient) Get() (kubeclient.Interface, error) {
 	n.once.Do(func() { n.cs, n.err = n.New() })
 	return n.cs, n.err
 }
 
 // readyHeartbeat is the last heartbeat of the Node's Ready condition (zero
 // when it has none): a wait for the new side looks for a later one.
-func readyHeartbeat(ctx context.Context, cs kubernetes.Interface, name string) (time.Time, error) {
+func readyHeartbeat(ctx context.Context, cs kubeclient.Interface, name string) (time.Time, error) {
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return time.Time{}, err
@@ -86,7 +86,7 @@ type readyWant struct {
 // behind. wait-node-ready (start) and wait-node-version (repave) both
 // wait this way. awaitingCNI says the wait ended on want.clusterCNI's
 // NotReady rather than on Ready.
-func waitReadyAt(ctx context.Context, cs kubernetes.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) (awaitingCNI bool, err error) {
+func waitReadyAt(ctx context.Context, cs kubeclient.Interface, name string, want readyWant, timeout time.Duration, progress func(string)) (awaitingCNI bool, err error) {
 	last, poll := "", want.poll
 	if poll == 0 {
 		poll = 500 * time.Millisecond

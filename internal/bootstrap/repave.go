@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -33,7 +33,7 @@ type RepaveOptions struct {
 	ReadyTimeout time.Duration
 	// NewClient is the API server as the node whose machine is at
 	// machineRoot; nil is its own credential (node.ClientConfig).
-	NewClient func(c *config.Config, l layout.Layout, machineRoot string) (kubernetes.Interface, error)
+	NewClient func(c *config.Config, l layout.Layout, machineRoot string) (kubeclient.Interface, error)
 }
 
 func (o *RepaveOptions) setDefaults() {
@@ -44,13 +44,13 @@ func (o *RepaveOptions) setDefaults() {
 		o.ReadyTimeout = 3 * time.Minute
 	}
 	if o.NewClient == nil {
-		o.NewClient = func(c *config.Config, l layout.Layout, root string) (kubernetes.Interface, error) {
+		o.NewClient = func(c *config.Config, l layout.Layout, root string) (kubeclient.Interface, error) {
 			cfg, err := node.ClientConfig(c, l, root)
 			if err != nil {
 				return nil, err
 			}
 			cfg.Timeout = 15 * time.Second
-			return kubernetes.NewForConfig(cfg)
+			return kubeclient.NewForConfig(cfg)
 		}
 	}
 }
@@ -99,7 +99,7 @@ func NewRepave(o RepaveOptions, applied state.Applied) *Repave {
 	r.from = NewMachine(o.Layout, from, o.Exec)
 	r.to = r.start.machine
 	oldConfig := o.Config
-	r.client = &NodeClient{New: func() (kubernetes.Interface, error) {
+	r.client = &NodeClient{New: func() (kubeclient.Interface, error) {
 		return o.NewClient(oldConfig, o.Layout, r.from.Root())
 	}}
 	r.events = events.New(o.Config.Agent.NodeName, r.client.Get, o.Log)

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -115,7 +117,9 @@ func newTestRepave(t *testing.T, h *fakeHost, from string, applied string) (*Rep
 	r := NewRepave(RepaveOptions{
 		Options:           Options{Layout: l, Config: c, Exec: h.run},
 		KubernetesVersion: "1.35.4", ReadyTimeout: 2 * time.Second,
-		NewClient: func(*config.Config, layout.Layout, string) (kubernetes.Interface, error) { return h.cs, nil },
+		NewClient: func(*config.Config, layout.Layout, string) (kubeclient.Interface, error) {
+			return kubeclienttest.Wrap(h.cs), nil
+		},
 	}, state.Applied{Machine: from, KubernetesVersion: applied})
 	r.from.Control.Poll, r.to.Control.Poll = time.Millisecond, time.Millisecond
 	return r, l

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -58,7 +61,7 @@ func waitReadyTask(t *testing.T, cs kubernetes.Interface, started time.Time) *wa
 		}
 		return nil, errors.New("unexpected " + name + " " + strings.Join(args, " "))
 	}
-	client := &NodeClient{New: func() (kubernetes.Interface, error) { return cs, nil }}
+	client := &NodeClient{New: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }}
 	return WaitNodeReady(NewMachine(l, "kube1", run), client, "n1", false, 300*time.Millisecond, nil).(*waitNodeReady)
 }
 
@@ -149,7 +152,7 @@ func TestWaitReadyAtClusterCNI(t *testing.T) {
 			n := readyNode(c.status, c.heartbeat)
 			n.Status.Conditions[0].Message = c.msg
 			want := readyWant{after: notBefore(started), since: "the kubelet started", poll: 20 * time.Millisecond, clusterCNI: c.clusterCNI}
-			awaited, err := waitReadyAt(t.Context(), fake.NewClientset(n), "n1", want, 300*time.Millisecond, nil)
+			awaited, err := waitReadyAt(t.Context(), kubeclienttest.Wrap(fake.NewClientset(n)), "n1", want, 300*time.Millisecond, nil)
 			if awaited != c.wantAwaited || (err != nil) != c.wantErr {
 				t.Fatalf("awaited %v, err %v; want awaited %v, error %v", awaited, err, c.wantAwaited, c.wantErr)
 			}

@@ -8,9 +8,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -51,7 +51,7 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	kc.Timeout = 10 * time.Second
-	cs, err := kubernetes.NewForConfig(kc)
+	cs, err := kubeclient.NewForConfig(kc)
 	if err != nil {
 		return task.Result{}, err
 	}
@@ -100,7 +100,7 @@ const selfReport = 2 * time.Second
 // NotReady (no CNI config yet) and says Ready only at its next status
 // sync, 10 s later. A restart costs about a second and runs the fast loop
 // again, on a Node that now says NotReady.
-func (t *writePodNetwork) reportNow(ctx context.Context, cs kubernetes.Interface, name string) (task.Result, error) {
+func (t *writePodNetwork) reportNow(ctx context.Context, cs kubeclient.Interface, name string) (task.Result, error) {
 	// A machine not running yet (a repave writes the new side's config
 	// before it boots) starts its kubelet with the config in place.
 	if st, err := t.machine.Control.State(ctx, t.machine.Name); err != nil || st != "active" {

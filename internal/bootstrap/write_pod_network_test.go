@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -55,7 +56,7 @@ func TestWritePodNetworkRestartsOnlyAStuckKubelet(t *testing.T) {
 			}
 			cs := fake.NewClientset(readyNode(corev1.ConditionTrue, tc.hb))
 			w := WritePodNetwork(NewMachine(l, "kube1", run), &config.Config{}, time.Second, nil).(*writePodNetwork)
-			res, err := w.reportNow(t.Context(), cs, "n1")
+			res, err := w.reportNow(t.Context(), kubeclienttest.Wrap(cs), "n1")
 			if err != nil || !res.Changed {
 				t.Fatalf("reportNow: %+v %v", res, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +31,7 @@ func TestTokenKubeloginTiming(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	initWork(t, bin)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,4 +68,39 @@ func TestTokenKubeloginTiming(t *testing.T) {
 	if median > 50*time.Millisecond {
 		t.Errorf("cached median %v, target < 50ms", median)
 	}
+}
+
+// initWork logs what package initialisation costs the plugin (Go's
+// inittrace: every linked package's init runs before main, whichever
+// command runs) and fails when one of this module's packages does real
+// work at init (a regexp or template compiled there rather than on first
+// use allocates hundreds of times).
+func initWork(t *testing.T, bin string) {
+	t.Helper()
+	cmd := exec.Command(bin, "version")
+	cmd.Env = []string{"GODEBUG=inittrace=1"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var total float64
+	pkgs := 0
+	for line := range strings.Lines(string(out)) {
+		// init PKG @T ms, C ms clock, B bytes, A allocs
+		f := strings.Fields(line)
+		if len(f) < 11 || f[0] != "init" {
+			continue
+		}
+		pkgs++
+		ms, _ := strconv.ParseFloat(f[4], 64)
+		allocs, _ := strconv.Atoi(f[9])
+		total += ms
+		if strings.HasPrefix(f[1], "github.com/Azure/aks-flex-node/") && allocs > 200 {
+			t.Errorf("%s allocates %d times at init; do that work on first use", f[1], allocs)
+		}
+	}
+	if pkgs < 50 {
+		t.Fatalf("inittrace gave %d packages:\n%s", pkgs, out)
+	}
+	t.Logf("BENCH init packages=%d sum=%.1fms", pkgs, total)
 }

@@ -7,13 +7,12 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
@@ -46,14 +45,14 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		}
 		a.WaitFor = "API server " + srv
 		a.Ready = client.Reachable
-		nodeClient := func() (kubernetes.Interface, error) {
+		nodeClient := func() (kubeclient.Interface, error) {
 			cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(ActiveMachine(l))))
 			if err != nil {
 				return nil, err
 			}
 			cfg.Timeout = 30 * time.Second
 			cfg.UserAgent = events.Component
-			return kubernetes.NewForConfig(cfg)
+			return kubeclient.NewForConfig(cfg)
 		}
 		a.Loops = append(a.Loops, FinishRepave(keeper, nodeClient, c.Agent.NodeName))
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,

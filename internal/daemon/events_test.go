@@ -12,10 +12,11 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/Azure/aks-flex-node/internal/events"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/metrics"
@@ -55,7 +56,7 @@ func eventReasons(t *testing.T, cs *fake.Clientset) map[string]string {
 func TestKeeperRecordsRepairs(t *testing.T) {
 	l := joinedLayout(t)
 	cs := fake.NewClientset()
-	rec := events.New("node-1", func() (kubernetes.Interface, error) { return cs, nil }, nil)
+	rec := events.New("node-1", func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }, nil)
 	reg := metrics.NewRegistry(l)
 	startErr := errors.New("Unit systemd-nspawn@kube1.service is masked")
 	var failStart bool
@@ -104,7 +105,7 @@ func TestKeeperRecordsRepairs(t *testing.T) {
 func TestRollbackToldOnce(t *testing.T) {
 	l := joinedLayout(t)
 	cs := fake.NewClientset()
-	rec := events.New("node-1", func() (kubernetes.Interface, error) { return cs, nil }, nil)
+	rec := events.New("node-1", func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }, nil)
 	write := func(at string) {
 		rec := "result=rolled-back\nreason=the new agent exited 1\nfrom_slot=agent-blue\nfrom_version=v1.0.0\nto_slot=agent-green\nto_version=v1.1.0\ntime=" + at + "\nby=recovery\n"
 		if err := os.WriteFile(l.OnRoot(l.StateDir()+"/upgrade-result"), []byte(rec), 0o644); err != nil {

@@ -8,10 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/events"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
@@ -48,7 +48,7 @@ const deletionDrainTimeout = 2 * time.Minute
 type NodeObjectKeeper struct {
 	Keeper *MachineKeeper
 	// Client is the node's own client (its credential).
-	Client func() (kubernetes.Interface, error)
+	Client func() (kubeclient.Interface, error)
 	// Reset starts `aks-flex-node reset` outside the agent's unit (reset
 	// stops the agent, which must not end the reset with it).
 	Reset func(ctx context.Context) error
@@ -124,7 +124,7 @@ func (k *NodeObjectKeeper) reregister(ctx context.Context, a *state.Applied) err
 
 // deletion drains the Node (bounded; what stays is named), records it,
 // and starts the reset, which stops this agent for good.
-func (k *NodeObjectKeeper) deletion(ctx context.Context, cs kubernetes.Interface, a *state.Applied) error {
+func (k *NodeObjectKeeper) deletion(ctx context.Context, cs kubeclient.Interface, a *state.Applied) error {
 	mk := k.Keeper
 	mk.Log.Info("Node carries the deletion taint; draining it, then resetting this host", "node", a.NodeName, "taint", DeletingTaint)
 	evicted, derr := drain.Drain(ctx, cs, a.NodeName, deletionDrainTimeout)

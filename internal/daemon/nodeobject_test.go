@@ -8,9 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 )
 
 func pod(name string, mod func(*corev1.Pod)) *corev1.Pod {
@@ -43,7 +45,7 @@ func evictingClient(objs ...runtime.Object) (*fake.Clientset, *[]string) {
 func TestNodeObjectReregisters(t *testing.T) {
 	h := newDriftHost(t)
 	cs, _ := evictingClient()
-	k := &NodeObjectKeeper{Keeper: h.k, Client: func() (kubernetes.Interface, error) { return cs, nil },
+	k := &NodeObjectKeeper{Keeper: h.k, Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Reset: func(context.Context) error { t.Fatal("reset of a Node without the taint"); return nil }}
 	h.calls = nil
 	if err := k.Keep(context.Background()); err != nil {
@@ -81,7 +83,7 @@ func TestNodeObjectDeletionTaint(t *testing.T) {
 		pod("static-1", func(p *corev1.Pod) { p.Annotations = map[string]string{"kubernetes.io/config.mirror": "x"} }),
 	)
 	resets := 0
-	k := &NodeObjectKeeper{Keeper: h.k, Client: func() (kubernetes.Interface, error) { return cs, nil },
+	k := &NodeObjectKeeper{Keeper: h.k, Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Reset: func(context.Context) error { resets++; return nil }}
 	if err := k.Keep(context.Background()); err != nil {
 		t.Fatal(err)

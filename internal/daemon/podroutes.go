@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
 	"github.com/Azure/aks-flex-node/internal/state"
@@ -39,7 +39,7 @@ type PodRouteKeeper struct {
 	Layout layout.Layout
 	Log    *slog.Logger
 	// Client is the node's own client (its credential).
-	Client func() (kubernetes.Interface, error)
+	Client func() (kubeclient.Interface, error)
 	// PodCIDR is networking.podCIDR: this node's range when the config
 	// names it (its CNI config uses it then); else the Node's.
 	PodCIDR string
@@ -131,7 +131,7 @@ const watchSeconds = 25
 
 // follow watches the Nodes from resource version rv until the watch ends,
 // matching the host at each change, and returns the last version seen.
-func (k *PodRouteKeeper) follow(ctx context.Context, cs kubernetes.Interface, rv, self string, nodes map[string]*corev1.Node) (string, error) {
+func (k *PodRouteKeeper) follow(ctx context.Context, cs kubeclient.Interface, rv, self string, nodes map[string]*corev1.Node) (string, error) {
 	secs := int64(watchSeconds)
 	w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, TimeoutSeconds: &secs})
 	if err != nil {

@@ -16,10 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
 	"github.com/Azure/aks-flex-node/internal/state"
@@ -108,7 +109,7 @@ func TestPodRouteKeeperFollowsNodes(t *testing.T) {
 	})
 	host := &podNetHost{routes: map[string]bool{}}
 	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: time.Minute,
-		Client: func() (kubernetes.Interface, error) { return cs, nil },
+		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -166,7 +167,7 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: time.Millisecond,
-		Client: func() (kubernetes.Interface, error) { t.Fatal("a client before the join"); return nil, nil }}
+		Client: func() (kubeclient.Interface, error) { t.Fatal("a client before the join"); return nil, nil }}
 	if err := k.Keep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 	host := &podNetHost{routes: map[string]bool{}}
 	cs := fake.NewClientset([]runtime.Object{flexNode("self", "192.168.50.10", ""), flexNode("a", "192.168.50.11", "10.244.1.0/24")}...)
 	k = &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 50 * time.Millisecond,
-		Client: func() (kubernetes.Interface, error) { return cs, nil },
+		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
 	if err := k.Keep(context.Background()); err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestPodRouteKeeperWaitsForTheJoin(t *testing.T) {
 	host := &podNetHost{routes: map[string]bool{}}
 	cs := fake.NewClientset(flexNode("self", "192.168.50.10", "10.244.0.0/24"), flexNode("a", "192.168.50.11", "10.244.1.0/24"))
 	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 5 * time.Second,
-		Client: func() (kubernetes.Interface, error) { return cs, nil },
+		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 
 	"github.com/Azure/aks-flex-node/internal/recovery"
 )
@@ -22,13 +22,13 @@ const finishRepaveLoop = "finish-repave"
 // Node the repave cordoned and closes the in-flight record as
 // "interrupted", which `status` shows. Remote: the uncordon needs the API
 // server; until then keep-machine keeps the machines right.
-func FinishRepave(k *MachineKeeper, client func() (kubernetes.Interface, error), nodeName string) Loop {
+func FinishRepave(k *MachineKeeper, client func() (kubeclient.Interface, error), nodeName string) Loop {
 	return Loop{Name: finishRepaveLoop, Run: func(ctx context.Context) error {
 		return finishRepave(ctx, k, client, nodeName)
 	}}
 }
 
-func finishRepave(ctx context.Context, k *MachineKeeper, client func() (kubernetes.Interface, error), nodeName string) error {
+func finishRepave(ctx context.Context, k *MachineKeeper, client func() (kubeclient.Interface, error), nodeName string) error {
 	if joined, err := k.joined(); err != nil || !joined || !recovery.InFlight(k.Layout) {
 		return err
 	}

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -59,7 +61,7 @@ func TestFinishRepave(t *testing.T) {
 		return nil, nil
 	}
 	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}})
-	client := func() (kubernetes.Interface, error) { return cs, nil }
+	client := func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }
 	k := &MachineKeeper{Layout: l, Control: &machine.Control{Run: run, Poll: time.Millisecond}, Log: slog.New(slog.DiscardHandler)}
 	loop := FinishRepave(k, client, "n1")
 

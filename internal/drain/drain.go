@@ -19,7 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 )
 
 // mirrorAnnotation marks a static pod's mirror in the API server.
@@ -31,7 +32,7 @@ var Poll = time.Second
 // Drain evicts every pod bound to node that a drain evicts and waits,
 // up to timeout, until they are gone. It returns how many pods it
 // evicted; an error after the timeout names the pods left.
-func Drain(ctx context.Context, cs kubernetes.Interface, node string, timeout time.Duration) (int, error) {
+func Drain(ctx context.Context, cs kubeclient.Interface, node string, timeout time.Duration) (int, error) {
 	evicted := map[string]bool{}
 	var left []string
 	err := wait.PollUntilContextTimeout(ctx, Poll, timeout, true, func(ctx context.Context) (bool, error) {
@@ -90,7 +91,7 @@ func evictable(p *corev1.Pod) bool {
 
 // evict asks the Eviction API to evict p; "" when it was accepted or the
 // pod is gone, else why not (a PodDisruptionBudget, an error), retried.
-func evict(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod) string {
+func evict(ctx context.Context, cs kubeclient.Interface, p *corev1.Pod) string {
 	err := cs.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):

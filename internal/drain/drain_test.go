@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 )
 
 func pod(name string) *corev1.Pod {
@@ -43,12 +45,12 @@ func TestDrainRespectsPDBAndIsBounded(t *testing.T) {
 		return true, nil, cs.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "default", name)
 	})
 	refuse = 1 << 30
-	_, err := Drain(context.Background(), cs, "n1", 50*time.Millisecond)
+	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 50*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
 		t.Fatalf("drain = %v", err)
 	}
 	refuse = 2
-	n, err := Drain(context.Background(), cs, "n1", 5*time.Second)
+	n, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 5*time.Second)
 	if err != nil || n != 1 {
 		t.Fatalf("drain = %d, %v", n, err)
 	}
@@ -74,7 +76,7 @@ func TestDrainNamesThePodsWhenTheLastListingFails(t *testing.T) {
 		}
 		return true, nil, errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
 	})
-	_, err := Drain(context.Background(), cs, "n1", 60*time.Millisecond)
+	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 60*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
 		t.Fatalf("drain = %v", err)
 	}

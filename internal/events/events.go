@@ -24,10 +24,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
 )
@@ -53,7 +53,7 @@ const timeout = 5 * time.Second
 // Recorder records Events on one Node.
 type Recorder struct {
 	nodeName string
-	client   func() (kubernetes.Interface, error)
+	client   func() (kubeclient.Interface, error)
 	log      *slog.Logger
 	now      func() time.Time
 
@@ -64,7 +64,7 @@ type Recorder struct {
 // New records on Node nodeName through the client client returns, made
 // anew for each Event (the node's certificate rotates; its kubeconfig may
 // appear only after the recorder is made).
-func New(nodeName string, client func() (kubernetes.Interface, error), log *slog.Logger) *Recorder {
+func New(nodeName string, client func() (kubeclient.Interface, error), log *slog.Logger) *Recorder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -78,14 +78,14 @@ func New(nodeName string, client func() (kubernetes.Interface, error), log *slog
 // machineRoot says at each Event: after a repave the node runs in the
 // other machine.
 func ForMachine(c *config.Config, l layout.Layout, machineRoot func() string, nodeName string, log *slog.Logger) *Recorder {
-	return New(nodeName, func() (kubernetes.Interface, error) {
+	return New(nodeName, func() (kubeclient.Interface, error) {
 		cfg, err := node.ClientConfig(c, l, machineRoot())
 		if err != nil {
 			return nil, err
 		}
 		cfg.Timeout = timeout
 		cfg.UserAgent = Component
-		return kubernetes.NewForConfig(cfg)
+		return kubeclient.NewForConfig(cfg)
 	}, log)
 }
 

@@ -11,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 )
 
 func fakeRecorder(t *testing.T) (*Recorder, *fake.Clientset, *int) {
@@ -26,7 +28,7 @@ func fakeRecorder(t *testing.T) (*Recorder, *fake.Clientset, *int) {
 		}
 		return false, nil, nil
 	})
-	return New("node-1", func() (kubernetes.Interface, error) { return cs, nil }, nil), cs, &writes
+	return New("node-1", func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }, nil), cs, &writes
 }
 
 func listEvents(t *testing.T, cs *fake.Clientset) []corev1.Event {
@@ -82,7 +84,7 @@ func TestRateLimited(t *testing.T) {
 // as not recorded; nothing fails.
 func TestNoCredentialIsLogged(t *testing.T) {
 	var log bytes.Buffer
-	r := New("node-1", func() (kubernetes.Interface, error) { return nil, errors.New("no /etc/kubernetes/kubelet.conf") }, slog.New(slog.NewTextHandler(&log, nil)))
+	r := New("node-1", func() (kubeclient.Interface, error) { return nil, errors.New("no /etc/kubernetes/kubelet.conf") }, slog.New(slog.NewTextHandler(&log, nil)))
 	r.Normal(context.Background(), ReasonReset, "reset")
 	if !strings.Contains(log.String(), "could not record an Event") || !strings.Contains(log.String(), "kubelet.conf") {
 		t.Errorf("log: %s", log.String())

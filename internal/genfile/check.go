@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/coreos/go-systemd/v22/unit"
 )
@@ -39,8 +40,8 @@ func unitSections(sections ...string) func([]byte) error {
 }
 
 var (
-	sysctlKeyRE  = regexp.MustCompile(`^[a-z0-9_]+([./][a-z0-9_-]+)+$`)
-	moduleNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	sysctlKeyRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_]+([./][a-z0-9_-]+)+$`) })
+	moduleNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+$`) })
 )
 
 // settingLines yields the lines of a sysctl.d or modules-load.d file that
@@ -63,7 +64,7 @@ func settingLines(text []byte, f func(n int, line string) error) error {
 func checkSysctl(text []byte) error {
 	return settingLines(text, func(n int, line string) error {
 		k, v, ok := strings.Cut(line, "=")
-		if k, v = strings.TrimSpace(k), strings.TrimSpace(v); !ok || !sysctlKeyRE.MatchString(k) || v == "" {
+		if k, v = strings.TrimSpace(k), strings.TrimSpace(v); !ok || !sysctlKeyRE().MatchString(k) || v == "" {
 			return fmt.Errorf("line %d %q is not a sysctl key = value", n, line)
 		}
 		return nil
@@ -73,7 +74,7 @@ func checkSysctl(text []byte) error {
 // checkModules: one module name per line, as modules-load.d(5) reads it.
 func checkModules(text []byte) error {
 	return settingLines(text, func(n int, line string) error {
-		if !moduleNameRE.MatchString(line) {
+		if !moduleNameRE().MatchString(line) {
 			return fmt.Errorf("line %d %q is not a module name", n, line)
 		}
 		return nil

@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
+	"sync"
 	"text/template"
 )
 
@@ -89,17 +90,21 @@ var assets embed.FS
 
 // missingkey=error: a map value the template names but data lacks is an
 // error, as a missing struct field already is, never an empty string.
-var templates = template.Must(template.New("").Option("missingkey=error").ParseFS(assets, "assets/*"))
+// Parsed on first use: this binary is also the kubelet's credential
+// plugin, which renders nothing and must start fast.
+var templates = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("").Option("missingkey=error").ParseFS(assets, "assets/*"))
+})
 
 // Render fills template n in with data, puts Header on top and checks the
 // result. Errors name the template; the caller adds the file it renders.
 func Render(n Name, data any) ([]byte, error) {
 	check, ok := checks[n]
-	if !ok || templates.Lookup(string(n)) == nil {
+	if !ok || templates().Lookup(string(n)) == nil {
 		return nil, fmt.Errorf("template %s: no such template", n)
 	}
 	var b bytes.Buffer
-	if err := templates.ExecuteTemplate(&b, string(n), data); err != nil {
+	if err := templates().ExecuteTemplate(&b, string(n), data); err != nil {
 		return nil, fmt.Errorf("template %s: %w", n, err)
 	}
 	out := WithHeader(b.Bytes())

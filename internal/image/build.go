@@ -97,7 +97,7 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	case o.Spec.Arch != "" && o.Spec.Arch != b.arch:
 		return nil, fmt.Errorf("--arch %s disagrees with the spec's arch %s", b.arch, o.Spec.Arch)
 	}
-	if !archRE.MatchString(b.arch) {
+	if !archRE().MatchString(b.arch) {
 		return nil, fmt.Errorf("arch %q is not amd64 or arm64", b.arch)
 	}
 	mirror := o.Mirror

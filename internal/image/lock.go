@@ -65,7 +65,7 @@ func LoadLock(p string) (*Lock, error) {
 	if l.SchemaVersion != LockSchemaVersion {
 		bad("schemaVersion", "%d is not supported (want %d)", l.SchemaVersion, LockSchemaVersion)
 	}
-	if !archRE.MatchString(l.Arch) {
+	if !archRE().MatchString(l.Arch) {
 		bad("arch", "%q is not amd64 or arm64", l.Arch)
 	}
 	if l.SourceDate.IsZero() {
@@ -77,7 +77,7 @@ func LoadLock(p string) (*Lock, error) {
 	seen := map[string]bool{}
 	for i, pk := range l.Packages {
 		f := fmt.Sprintf("packages[%d]", i)
-		if !pkgNameRE.MatchString(pk.Name) || seen[pk.Name] {
+		if !pkgNameRE().MatchString(pk.Name) || seen[pk.Name] {
 			bad(f+".name", "%q is not a package name, or is listed twice", pk.Name)
 		}
 		seen[pk.Name] = true

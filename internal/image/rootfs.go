@@ -42,7 +42,7 @@ func PackRootfs(ctx context.Context, o RootfsOptions) (*Result, error) {
 	if o.Arch == "" {
 		o.Arch = runtime.GOARCH
 	}
-	if !archRE.MatchString(o.Arch) {
+	if !archRE().MatchString(o.Arch) {
 		return nil, fmt.Errorf("arch %q is not amd64 or arm64", o.Arch)
 	}
 	if o.Tag == "" {

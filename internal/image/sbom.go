@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -69,7 +70,7 @@ type sbomPackage struct {
 }
 
 // spdxIDRE is what an SPDX identifier may hold after "SPDXRef-".
-var spdxIDRE = regexp.MustCompile(`[^A-Za-z0-9.-]`)
+var spdxIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9.-]`) })
 
 const noAssertion = "NOASSERTION"
 
@@ -98,9 +99,9 @@ func makeSBOM(name, imageDigest, layerDigest string, created time.Time, tool, di
 	doc.Relationships = append(doc.Relationships, spdxRelationship{Element: "SPDXRef-DOCUMENT", Type: "DESCRIBES", Related: imgID})
 	seen := map[string]bool{}
 	for _, p := range pkgs {
-		id := "SPDXRef-Package-" + spdxIDRE.ReplaceAllString(p.Name, "-")
+		id := "SPDXRef-Package-" + spdxIDRE().ReplaceAllString(p.Name, "-")
 		for n := 2; seen[id]; n++ {
-			id = fmt.Sprintf("SPDXRef-Package-%s-%d", spdxIDRE.ReplaceAllString(p.Name, "-"), n)
+			id = fmt.Sprintf("SPDXRef-Package-%s-%d", spdxIDRE().ReplaceAllString(p.Name, "-"), n)
 		}
 		seen[id] = true
 		sp := spdxPackage{

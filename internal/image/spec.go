@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/Azure/aks-flex-node/internal/strictjson"
 )
@@ -61,11 +62,13 @@ var defaultKeyrings = map[string]string{
 }
 
 var (
-	pkgNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[0-9A-Za-z.+~:-]+)?$`)
-	suiteRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
-	unitRE    = regexp.MustCompile(`^[A-Za-z0-9:_.\\@-]+\.(service|socket|target|timer|path|mount|automount|swap|slice|scope|device)$`)
-	tagRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
-	archRE    = regexp.MustCompile(`^(amd64|arm64)$`)
+	pkgNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[0-9A-Za-z.+~:-]+)?$`) })
+	suiteRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`) })
+	unitRE    = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z0-9:_.\\@-]+\.(service|socket|target|timer|path|mount|automount|swap|slice|scope|device)$`)
+	})
+	tagRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`) })
+	archRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(amd64|arm64)$`) })
 )
 
 // LoadSpec reads and validates a spec strictly: unknown fields are
@@ -101,34 +104,34 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 	if strings.TrimSpace(s.Name) == "" {
 		bad("name", "is required")
 	}
-	if s.Tag != "" && !tagRE.MatchString(s.Tag) {
+	if s.Tag != "" && !tagRE().MatchString(s.Tag) {
 		bad("tag", "%q is not an OCI tag", s.Tag)
 	}
 	if _, ok := defaultKeyrings[s.Distribution]; !ok {
 		bad("distribution", "%q is not debian or ubuntu", s.Distribution)
 	}
-	if !suiteRE.MatchString(s.Suite) {
+	if !suiteRE().MatchString(s.Suite) {
 		bad("suite", "%q is not a suite name like bookworm", s.Suite)
 	}
 	if len(s.Components) == 0 {
 		bad("components", "is required (e.g. [\"main\"])")
 	}
 	for i, c := range s.Components {
-		if !suiteRE.MatchString(c) {
+		if !suiteRE().MatchString(c) {
 			bad(fmt.Sprintf("components[%d]", i), "%q is not a component name", c)
 		}
 	}
 	if s.Mirror != "" && !strings.HasPrefix(s.Mirror, "https://") && !strings.HasPrefix(s.Mirror, "http://") {
 		bad("mirror", "%q is not an http(s) URL", s.Mirror)
 	}
-	if s.Arch != "" && !archRE.MatchString(s.Arch) {
+	if s.Arch != "" && !archRE().MatchString(s.Arch) {
 		bad("arch", "%q is not amd64 or arm64", s.Arch)
 	}
 	if len(s.Packages) == 0 {
 		bad("packages", "is required")
 	}
 	for i, p := range s.Packages {
-		if !pkgNameRE.MatchString(p) {
+		if !pkgNameRE().MatchString(p) {
 			bad(fmt.Sprintf("packages[%d]", i), "%q is not a package name (or name=version)", p)
 		}
 	}
@@ -145,7 +148,7 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 		}
 	}
 	for i, u := range s.MaskUnits {
-		if !unitRE.MatchString(u) {
+		if !unitRE().MatchString(u) {
 			bad(fmt.Sprintf("maskUnits[%d]", i), "%q is not a unit name", u)
 		}
 	}

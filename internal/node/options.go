@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Options are the node settings that do not come from the config file:
@@ -74,8 +75,10 @@ const (
 )
 
 var (
-	nprocRE  = regexp.MustCompile(`^(infinity|[1-9][0-9]{0,9})$`)
-	domainRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+	nprocRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(infinity|[1-9][0-9]{0,9})$`) })
+	domainRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+	})
 )
 
 // withDefaults returns o with every unset knob at its default, checked.
@@ -107,7 +110,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		o.PodCIDR = ipnet.String()
 	}
-	if len(o.ClusterDomain) > 253 || !domainRE.MatchString(o.ClusterDomain) {
+	if len(o.ClusterDomain) > 253 || !domainRE().MatchString(o.ClusterDomain) {
 		return o, fmt.Errorf("cluster domain %q: not a lowercase DNS name", o.ClusterDomain)
 	}
 	if o.NodeIP != "" && net.ParseIP(o.NodeIP) == nil {
@@ -116,7 +119,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ContainerdLimitNOFILE < 0 {
 		return o, fmt.Errorf("containerd LimitNOFILE %d: must be positive", o.ContainerdLimitNOFILE)
 	}
-	if !nprocRE.MatchString(o.ContainerdLimitNPROC) {
+	if !nprocRE().MatchString(o.ContainerdLimitNPROC) {
 		return o, fmt.Errorf("containerd LimitNPROC %q: must be a positive number or infinity", o.ContainerdLimitNPROC)
 	}
 	return o, nil

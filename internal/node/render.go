@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -201,7 +202,7 @@ type inputs struct {
 	podIPv6   bool
 }
 
-var unitArgRE = regexp.MustCompile(`^[A-Za-z0-9._/:=@,-]+$`)
+var unitArgRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._/:=@,-]+$`) })
 
 func newInputs(c *config.Config, o Options) (*inputs, error) {
 	k := &c.Node.Kubelet
@@ -246,7 +247,7 @@ func newInputs(c *config.Config, o Options) (*inputs, error) {
 	if in.nodeIP != "" && net.ParseIP(in.nodeIP) == nil {
 		return nil, fmt.Errorf("node.kubelet.nodeIP: %q is not an IP address", in.nodeIP)
 	}
-	if !unitArgRE.MatchString(in.nodeName) {
+	if !unitArgRE().MatchString(in.nodeName) {
 		return nil, fmt.Errorf("agent.nodeName: %q cannot be passed to the kubelet unit", in.nodeName)
 	}
 	keys := make([]string, 0, len(c.Node.Labels))
@@ -256,7 +257,7 @@ func newInputs(c *config.Config, o Options) (*inputs, error) {
 	sort.Strings(keys)
 	for _, key := range keys {
 		l := key + "=" + c.Node.Labels[key]
-		if strings.Contains(l, ",") || !unitArgRE.MatchString(l) {
+		if strings.Contains(l, ",") || !unitArgRE().MatchString(l) {
 			return nil, fmt.Errorf("node.labels.%s: %q cannot be passed to the kubelet unit", key, l)
 		}
 		in.labels = append(in.labels, l)

@@ -26,9 +26,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -40,7 +40,7 @@ type Env struct {
 	Layout  layout.Layout
 	Control *machine.Control
 	// Client is the API server as the node; NodeName the Node.
-	Client   func() (kubernetes.Interface, error)
+	Client   func() (kubeclient.Interface, error)
 	NodeName string
 	Log      *slog.Logger
 	// Now is the clock; nil is time.Now.

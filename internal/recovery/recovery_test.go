@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -120,7 +123,7 @@ func TestRepaveConvergesToTheAppliedSide(t *testing.T) {
 			cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: corev1.NodeSpec{Unschedulable: true}})
 			now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
 			e := Env{Layout: l, Control: &machine.Control{Run: h.run, Poll: time.Millisecond}, NodeName: node,
-				Client: func() (kubernetes.Interface, error) { return cs, nil }, Now: func() time.Time { return now }}
+				Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }, Now: func() time.Time { return now }}
 			if !InFlight(l) {
 				t.Fatal("InFlight does not see the record")
 			}
@@ -168,14 +171,14 @@ func TestRepaveKeepsTheRecordUntilTheUncordon(t *testing.T) {
 	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: corev1.NodeSpec{Unschedulable: true}})
 	down := errors.New("connection refused")
 	e := Env{Layout: l, Control: &machine.Control{Run: h.run, Poll: time.Millisecond}, NodeName: node,
-		Client: func() (kubernetes.Interface, error) { return nil, down }}
+		Client: func() (kubeclient.Interface, error) { return nil, down }}
 	if rec, err := Repave(context.Background(), e); rec != nil || !errors.Is(err, down) {
 		t.Fatalf("recovery without the API server: %+v, %v", rec, err)
 	}
 	if !InFlight(l) || !slices.Equal(h.running(), []string{"kube1"}) {
 		t.Fatalf("after the failed uncordon: in flight %v, running %v", InFlight(l), h.running())
 	}
-	e.Client = func() (kubernetes.Interface, error) { return cs, nil }
+	e.Client = func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }
 	if rec, err := Repave(context.Background(), e); rec == nil || err != nil || cordoned(t, cs) || InFlight(l) {
 		t.Fatalf("the next pass: %+v, %v", rec, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"regexp"
 	"sort"
+	"sync"
 )
 
 // Redacted replaces every secret in a bundle.
@@ -14,18 +15,24 @@ const Redacted = "REDACTED"
 // value, never a credential.
 var (
 	// Private keys in PEM, whole blocks.
-	pemPrivateKey = regexp.MustCompile(`(?s)-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----`)
+	pemPrivateKey = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?s)-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----`)
+	})
 	// Bootstrap tokens: the ID stays (it names the token), the secret goes.
-	bootstrapToken = regexp.MustCompile(`\b([a-z0-9]{6})\.[a-z0-9]{16}\b`)
+	bootstrapToken = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\b([a-z0-9]{6})\.[a-z0-9]{16}\b`) })
 	// JWTs (Entra access tokens, service account tokens).
-	jwt = regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+	jwt = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+	})
 	// Authorization: Bearer <token>.
-	bearer = regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`)
+	bearer = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`) })
 	// The value of any key that names a secret, in JSON, YAML, INI,
 	// key=value lines and command-line flags: token, secret, password,
 	// client-key-data, privateKey, credential, apiKey. Objects and lists
 	// are not values here; their members are matched on their own.
-	secretKey = regexp.MustCompile(`(?i)((?:^|[\s{,"'-])[\w.-]*(?:token|secret|passw(?:or)?d|key-data|keydata|private_?key|credential|api_?key)[\w.-]*["']?\s*[:=]\s*)("[^"\n]*"|'[^'\n]*'|[^\s,{}\[\]"']+)`)
+	secretKey = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)((?:^|[\s{,"'-])[\w.-]*(?:token|secret|passw(?:or)?d|key-data|keydata|private_?key|credential|api_?key)[\w.-]*["']?\s*[:=]\s*)("[^"\n]*"|'[^'\n]*'|[^\s,{}\[\]"']+)`)
+	})
 )
 
 // redactor replaces secrets: the patterns above and the literal secrets
@@ -56,15 +63,15 @@ func (r *redactor) redact(data []byte) []byte {
 			data = bytes.ReplaceAll(data, l, []byte(Redacted))
 		}
 	}
-	data = pemPrivateKey.ReplaceAllFunc(data, func(m []byte) []byte {
+	data = pemPrivateKey().ReplaceAllFunc(data, func(m []byte) []byte {
 		r.count++
-		kind := pemPrivateKey.FindSubmatch(m)[1]
+		kind := pemPrivateKey().FindSubmatch(m)[1]
 		return []byte("-----BEGIN " + string(kind) + "-----\n" + Redacted + "\n-----END " + string(kind) + "-----")
 	})
-	data = r.replace(jwt, data, func([][]byte) []byte { return []byte(Redacted) })
-	data = r.replace(bearer, data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), Redacted...) })
-	data = r.replace(bootstrapToken, data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), "."+Redacted...) })
-	data = r.replace(secretKey, data, func(m [][]byte) []byte {
+	data = r.replace(jwt(), data, func([][]byte) []byte { return []byte(Redacted) })
+	data = r.replace(bearer(), data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), Redacted...) })
+	data = r.replace(bootstrapToken(), data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), "."+Redacted...) })
+	data = r.replace(secretKey(), data, func(m [][]byte) []byte {
 		v := m[2]
 		if bytes.Equal(bytes.Trim(v, `"'`), []byte(Redacted)) || len(bytes.Trim(v, `"'`)) == 0 {
 			r.count-- // already redacted, or empty: nothing to hide

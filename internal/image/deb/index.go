@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Package is one binary package as a Packages index lists it.
@@ -94,7 +95,9 @@ type Provided struct {
 // depRE is one package in a relationship field: name, an optional
 // ":arch" qualifier, an optional (op version), an optional [arch list]
 // and <build profiles> (build relations only, but legal to skip).
-var depRE = regexp.MustCompile(`^([a-z0-9][a-z0-9+.-]*)(:[a-z0-9-]+)?\s*(\(\s*(<<|<=|=|>=|>>|<|>)\s*([0-9A-Za-z][^)\s]*)\s*\))?\s*(\[[^\]]*\])?\s*(<[^>]*>\s*)*$`)
+var depRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^([a-z0-9][a-z0-9+.-]*)(:[a-z0-9-]+)?\s*(\(\s*(<<|<=|=|>=|>>|<|>)\s*([0-9A-Za-z][^)\s]*)\s*\))?\s*(\[[^\]]*\])?\s*(<[^>]*>\s*)*$`)
+})
 
 // ParseRelations parses a Depends-style field.
 func ParseRelations(field string) ([]Alternatives, error) {
@@ -123,7 +126,7 @@ func ParseRelations(field string) ([]Alternatives, error) {
 
 func parseDep(s string) (Dep, error) {
 	s = strings.Join(strings.Fields(s), " ")
-	m := depRE.FindStringSubmatch(s)
+	m := depRE().FindStringSubmatch(s)
 	if m == nil {
 		return Dep{}, fmt.Errorf("%q is not a package relation", s)
 	}
