@@ -57,6 +57,7 @@ func ApplyDefaults(c *Config) {
 	setStr(&c.Components.SandboxImage, DefaultSandboxImage)
 	setStr(&c.Networking.DNSServiceIP, DefaultDNSServiceIP)
 	setStr(&c.Networking.CNIVersion, DefaultCNIVersion)
+	setStr(&c.Networking.KubeProxy, KubeProxyDaemonSet)
 	setInt(&c.Node.MaxPods, DefaultMaxPods)
 	if c.Node.Kubelet.Verbosity == nil {
 		v := DefaultKubeletVerbosity

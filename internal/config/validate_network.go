@@ -34,6 +34,23 @@ func (v *validator) networking(n *Networking) {
 	if dns, err := netip.ParseAddr(n.DNSServiceIP); err == nil && sok && !svc.Contains(dns) {
 		v.add("networking.dnsServiceIP", "%s is not in networking.serviceCIDR %s", dns, svc)
 	}
+	v.kubeProxy(n)
+}
+
+// kubeProxy checks who runs kube-proxy, and the agent's mode.
+func (v *validator) kubeProxy(n *Networking) {
+	switch n.KubeProxy {
+	case KubeProxyDaemonSet, KubeProxyAgent:
+	default:
+		v.add("networking.kubeProxy", "%q must be %q (the cluster's kube-proxy DaemonSet, or none) or %q (the agent runs kube-proxy in the machine)", n.KubeProxy, KubeProxyDaemonSet, KubeProxyAgent)
+		return
+	}
+	switch {
+	case n.KubeProxyMode != "" && n.KubeProxyMode != KubeProxyIPTables && n.KubeProxyMode != KubeProxyNFTables:
+		v.add("networking.kubeProxyMode", "%q must be %q or %q (empty: iptables unless the host has nft and no iptables)", n.KubeProxyMode, KubeProxyIPTables, KubeProxyNFTables)
+	case n.KubeProxyMode != "" && !n.AgentKubeProxy():
+		v.add("networking.kubeProxyMode", "%q is for the agent's kube-proxy, but networking.kubeProxy is %q", n.KubeProxyMode, n.KubeProxy)
+	}
 }
 
 // cidr checks an optional CIDR key: a network address with its prefix
