@@ -45,7 +45,7 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 		files = append(files, f.Path)
 	}
 	identity := c.Azure.Identity()
-	for _, p := range staleFiles(o, identity) {
+	for _, p := range staleFiles(o, identity, c.Networking.AgentKubeProxy()) {
 		removed, err := fsutil.RemoveIn(machineRoot, p)
 		if err != nil {
 			return changed, files, fmt.Errorf("remove %s in machine %s: %w", p, machineRoot, err)
