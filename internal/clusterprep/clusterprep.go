@@ -48,7 +48,6 @@ const (
 // networking.kubeProxy.
 const NodeProxierBinding = "aks-flex-node:node-proxier"
 
-
 // Permission is one thing the node's credential must be allowed to do,
 // as a SelfSubjectAccessReview asks it.
 type Permission struct {
