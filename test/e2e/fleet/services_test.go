@@ -30,7 +30,7 @@ func proxyNetworking(s spec, cniVersion string) map[string]any {
 func (f *fleet) checkServices(t *testing.T) {
 	for _, m := range f.members {
 		// The machine's processes are the host's to see.
-		out, _, err := m.h.Run(f.ctx, "pgrep", "-x", "kube-proxy")
+		out, _, err := m.h.Run(f.ctx, "sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null | grep -x kube-proxy")
 		if err != nil || strings.TrimSpace(out) == "" {
 			t.Fatalf("%s: no kube-proxy runs: %q %v", m.name, out, err)
 		}
