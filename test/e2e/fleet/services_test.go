@@ -24,7 +24,7 @@ func proxyNetworking(s spec, cniVersion string) map[string]any {
 
 // checkServices: each host runs the agent's kube-proxy in its mode (the
 // nftables host has kube-proxy's nft table, the others its KUBE-SERVICES
-// chain); for each node, a ClusterIP Service whose only endpoint is that
+// chain in the nat table); for each node, a ClusterIP Service whose only endpoint is that
 // node's web pod answers by its ClusterIP from the web pod on every other
 // node.
 func (f *fleet) checkServices(t *testing.T) {
@@ -89,9 +89,12 @@ func (f *fleet) checkServices(t *testing.T) {
 }
 
 // checkProxyRules: m's kube-proxy programmed the Services in its mode.
+// Both modes write nftables (iptables mode through the machine's
+// iptables-nft), so nft on the host sees either, whatever the host's own
+// iptables is.
 func (f *fleet) checkProxyRules(t *testing.T, m *member) {
-	cmd := []string{"iptables-save", "-t", "nat"}
-	want := "-A KUBE-SERVICES"
+	cmd := []string{"nft", "list", "table", "ip", "nat"}
+	want := "chain KUBE-SERVICES"
 	if m.proxyMode == "nftables" {
 		cmd, want = []string{"nft", "list", "table", "ip", "kube-proxy"}, "chain services"
 	}
