@@ -31,6 +31,7 @@ require (
 	k8s.io/apimachinery v0.35.4
 	k8s.io/client-go v0.35.4
 	k8s.io/component-base v0.35.4
+	k8s.io/kube-proxy v0.35.4
 	k8s.io/kubelet v0.35.4
 	sigs.k8s.io/yaml v1.6.0
 	software.sslmate.com/src/go-pkcs12 v0.7.4

@@ -86,6 +86,8 @@ func Build(ctx context.Context, o BuildOptions) (*Manifest, error) {
 		SchemaVersion: SchemaVersion, Arch: arch, Components: o.Spec.Components,
 		Files: []File{}, Images: []Image{}, Legal: []LegalFile{}, Layout: o.Layout,
 	}}
+	// Upstream's layout always carries kube-proxy.
+	b.m.Components.KubeProxy = b.m.Components.KubeProxy || o.Layout == LayoutUpstream
 	if err := b.components(); err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ type installer struct {
 // Install verifies the bundle in dir (integrity only: compare versions
 // with the config through Verify first) and then installs it into the
 // machine rootfs machineRoot, where the node package says they go:
-// kubelet, kubectl, containerd's bin/* and crictl into nodedirs.Bin, runc
+// kubelet, kubectl, kube-proxy, containerd's bin/* and crictl into nodedirs.Bin, runc
 // into nodedirs.Sbin, the CNI plugins into nodedirs.CNIBin, and image
 // archives into nodedirs.ImageArchives. Nothing is
 // written unless the whole bundle verifies. Writes are atomic, and a file
@@ -111,7 +111,7 @@ func InstallVerified(ctx context.Context, dir string, m *Manifest, machineRoot s
 // install puts one bundle file where the node package says it goes.
 func (in *installer) install(f File) error {
 	switch f.Component {
-	case Kubelet, Kubectl:
+	case Kubelet, Kubectl, KubeProxy:
 		return in.file(f, nodedirs.Bin, path.Base(f.Path), binMode)
 	case Runc:
 		return in.file(f, nodedirs.Sbin, "runc", binMode)
@@ -130,9 +130,6 @@ func (in *installer) install(f File) error {
 		})
 	case ImageFile:
 		return in.file(f, nodedirs.ImageArchives, path.Base(f.Path), imageMode)
-	case KubeProxy:
-		// Verified with the bundle (upstream's layout carries it),
-		// not installed: this product runs no kube-proxy yet.
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ const (
 	ImageFile  = "image"
 )
 
-var knownComponents = map[string]bool{Kubelet: true, Kubectl: true, Containerd: true, Runc: true, CNI: true, Crictl: true, ImageFile: true, WorkerImageFile: true}
+var knownComponents = map[string]bool{Kubelet: true, Kubectl: true, KubeProxy: true, Containerd: true, Runc: true, CNI: true, Crictl: true, ImageFile: true, WorkerImageFile: true}
 
 // Components are versions, written without a leading "v". In a manifest
 // they say what the bundle holds; passed to Verify they are what the
@@ -54,6 +54,11 @@ type Components struct {
 	Runc       string `json:"runc"`
 	CNI        string `json:"cni"`
 	Crictl     string `json:"crictl,omitempty"`
+	// KubeProxy says the bundle carries kube-proxy (at Kubernetes'
+	// version), which a node with networking.kubeProxy "agent" runs;
+	// passed to Verify, true asks for it. Upstream's layout always
+	// carries it.
+	KubeProxy bool `json:"kubeProxy,omitempty"`
 }
 
 // File is one payload file of a bundle.
@@ -242,7 +247,7 @@ func ParseManifest(name string, data []byte) (*Manifest, error) {
 			bad(field+".size", "%d is negative", fe.Size)
 		}
 		if !knownComponents[fe.Component] {
-			bad(field+".component", "%q is not one of kubelet, kubectl, containerd, runc, cni, crictl, image, worker-image", fe.Component)
+			bad(field+".component", "%q is not one of kubelet, kubectl, kube-proxy, containerd, runc, cni, crictl, image, worker-image", fe.Component)
 		}
 	}
 	for i, im := range m.Images {
@@ -276,7 +281,7 @@ func ParseManifest(name string, data []byte) (*Manifest, error) {
 
 // BundlePaths maps each component to its path in a bundle for versions c
 // and arch, following the upstream release layout. crictl is included
-// only when c.Crictl is set.
+// only when c.Crictl is set, kube-proxy only when c.KubeProxy is.
 func BundlePaths(c Components, arch string) map[string]string {
 	k, cd, r, n, t := c.Kubernetes, c.Containerd, c.Runc, c.CNI, c.Crictl
 	m := map[string]string{
@@ -288,6 +293,9 @@ func BundlePaths(c Components, arch string) map[string]string {
 	}
 	if t != "" {
 		m[Crictl] = fmt.Sprintf("cri-tools/v%s/crictl-v%s-linux-%s.tar.gz", t, t, arch)
+	}
+	if c.KubeProxy {
+		m[KubeProxy] = fmt.Sprintf("kubernetes/v%s/bin/linux/%s/kube-proxy", k, arch)
 	}
 	return m
 }

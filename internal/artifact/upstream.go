@@ -32,9 +32,10 @@ const (
 	LayoutUpstream = "upstream"
 )
 
-// KubeProxy tags kube-proxy, which upstream's layout carries. It is
-// verified like every file; it is not installed (kube-proxy is not run
-// by this product yet).
+// KubeProxy tags kube-proxy, which upstream's layout always carries and
+// this product's carries when components.kubeProxy says so. It is
+// verified like every file and installed next to the kubelet; it runs
+// only on a node with networking.kubeProxy "agent".
 const KubeProxy = "kube-proxy"
 
 // upstreamManifest is upstream's manifest.json.
@@ -199,7 +200,7 @@ func loadUpstream(dir, name string, data []byte) (*Manifest, error) {
 		return nil, err
 	}
 	v := u.Versions
-	c := Components{Kubernetes: v.Kubernetes, Containerd: v.Containerd, Runc: v.Runc, CNI: v.CNI, Crictl: v.Crictl}
+	c := Components{Kubernetes: v.Kubernetes, Containerd: v.Containerd, Runc: v.Runc, CNI: v.CNI, Crictl: v.Crictl, KubeProxy: true}
 	arch, err := upstreamArch(dir, c.Kubernetes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

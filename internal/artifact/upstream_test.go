@@ -89,7 +89,9 @@ func TestUpstreamBundleVerifies(t *testing.T) {
 	if len(ps) > 0 {
 		t.Fatal(Problems(ps))
 	}
-	if m.Layout != LayoutUpstream || m.Arch != runtime.GOARCH || m.Components != testComponents {
+	wantComps := testComponents
+	wantComps.KubeProxy = true // upstream's layout always carries it
+	if m.Layout != LayoutUpstream || m.Arch != runtime.GOARCH || m.Components != wantComps {
 		t.Fatalf("manifest: layout %q arch %q components %+v", m.Layout, m.Arch, m.Components)
 	}
 	want := upstreamFiles(t)
@@ -168,21 +170,18 @@ func TestUpstreamMissingFiles(t *testing.T) {
 	}
 }
 
-// Install puts upstream's components where it puts ours; kube-proxy is
-// verified but not installed.
+// Install puts upstream's components where it puts ours, kube-proxy
+// next to the kubelet.
 func TestUpstreamInstall(t *testing.T) {
 	dir := makeUpstreamBundle(t)
 	root := t.TempDir()
 	if _, err := Install(context.Background(), dir, root, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"usr/local/bin/kubelet", "usr/local/bin/containerd", "usr/local/bin/crictl", "usr/local/sbin/runc", "opt/cni/bin/bridge"} {
+	for _, p := range []string{"usr/local/bin/kubelet", "usr/local/bin/kube-proxy", "usr/local/bin/containerd", "usr/local/bin/crictl", "usr/local/sbin/runc", "opt/cni/bin/bridge"} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("%s not installed: %v", p, err)
 		}
-	}
-	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/kube-proxy")); !os.IsNotExist(err) {
-		t.Errorf("kube-proxy installed: %v", err)
 	}
 }
 

@@ -77,6 +77,9 @@ func versionProblems(m *Manifest, where string, want Components, arch string) []
 			ps = append(ps, Problem{where, fmt.Sprintf("manifest %s %s != config %s %s", c.name, c.have, c.field, c.want)})
 		}
 	}
+	if want.KubeProxy && !m.Components.KubeProxy {
+		ps = append(ps, Problem{where, "the bundle carries no kube-proxy, which networking.kubeProxy \"agent\" runs: build it with components.kubeProxy true in the spec, or set networking.kubeProxy to \"daemonset\""})
+	}
 	return ps
 }
 
@@ -98,6 +101,8 @@ func layoutProblems(m *Manifest, where string) []Problem {
 		got := byComponent[comp]
 		switch {
 		case !needed && len(got) == 0:
+		case !needed && comp == KubeProxy:
+			add("files list %s %v but components.kubeProxy is not true", comp, got)
 		case !needed:
 			add("files list %s %v but components.crictl is empty", comp, got)
 		case len(got) == 0:

@@ -67,7 +67,8 @@ func (o *Options) setDefaults() {
 
 // WantComponents are the versions config c asks a bundle for.
 func WantComponents(c *config.Config) artifact.Components {
-	return artifact.Components{Kubernetes: c.Components.Kubernetes, Containerd: c.Components.Containerd, Runc: c.Components.Runc, CNI: c.Networking.CNIVersion}
+	return artifact.Components{Kubernetes: c.Components.Kubernetes, Containerd: c.Components.Containerd, Runc: c.Components.Runc, CNI: c.Networking.CNIVersion,
+		KubeProxy: c.Networking.AgentKubeProxy()}
 }
 
 // Start is one run of start: its options and what its tasks share, none

@@ -3,9 +3,14 @@ package bootstrap
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -91,5 +96,31 @@ func (t *startMachine) restartNode(ctx context.Context) (task.Result, error) {
 	if out, err := m.exec(ctx, "systemctl", "restart", "containerd.service", "kubelet.service"); err != nil {
 		return task.Result{}, fmt.Errorf("restart node services in %s: %v: %s", m.Name, err, bytes.TrimSpace(out))
 	}
+	if err := t.restartKubeProxy(ctx); err != nil {
+		return task.Result{Changed: true}, err
+	}
 	return task.Result{Changed: true, Detail: "node services restarted"}, nil
+}
+
+// restartKubeProxy restarts the agent's kube-proxy when write-node-config
+// wrote its unit (networking.kubeProxy agent), and stops one that runs
+// without it (the config went to the cluster's DaemonSet): two
+// kube-proxies would fight over the node's rules.
+func (t *startMachine) restartKubeProxy(ctx context.Context) error {
+	m := t.machine
+	if _, err := fsutil.ReadFileIn(m.Root(), node.KubeProxyUnitFile, 1<<20); err == nil {
+		if out, err := m.exec(ctx, "systemctl", "restart", node.KubeProxyUnitName); err != nil {
+			return fmt.Errorf("restart %s in %s: %v: %s", node.KubeProxyUnitName, m.Name, err, bytes.TrimSpace(out))
+		}
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if out, err := m.exec(ctx, "systemctl", "is-active", node.KubeProxyUnitName); err != nil || strings.TrimSpace(string(out)) != "active" {
+		return nil
+	}
+	if out, err := m.exec(ctx, "systemctl", "stop", node.KubeProxyUnitName); err != nil {
+		return fmt.Errorf("stop %s in %s: %v: %s", node.KubeProxyUnitName, m.Name, err, bytes.TrimSpace(out))
+	}
+	return nil
 }

@@ -45,13 +45,15 @@ apply with kubectl; nothing is sent to the cluster from here.
 valid for --ttl, in the group ` + clusterprep.BootstrapGroup + `) and the
 ClusterRoleBindings that let that group's kubelets bootstrap (create CSRs),
 have their client CSRs approved without a human, and renew their own
-certificates. The token is generated, or read from --token-file when that
+certificates, and their agent read the Nodes and their kube-proxy (when
+networking.kubeProxy is agent) read the Services and EndpointSlices as the
+node. The token is generated, or read from --token-file when that
 file exists; a new one is written there (mode 0600) when it does not, so the
 same file feeds config generate and a re-run prints the same token.
 
 --identity OBJECT_ID: the ClusterRoleBinding that lets the Entra identity
 with that object ID (the username an AKS cluster gives it) run a kubelet: the
-system:node role.
+system:node role; and kube-proxy: the system:node-proxier role.
 
 Output holding a token is written mode 0600. Applying it twice changes
 nothing but the token's expiry.

@@ -55,8 +55,8 @@ func TestClusterPrepareBootstrapToken(t *testing.T) {
 		}
 	}
 	docs := yamlDocs(t, string(data))
-	if len(docs) != 6 {
-		t.Fatalf("%d objects, want the Secret, 4 bindings and the node-reader role:\n%s", len(docs), data)
+	if len(docs) != 7 {
+		t.Fatalf("%d objects, want the Secret, 5 bindings and the node-reader role:\n%s", len(docs), data)
 	}
 	sd := docs[0]["stringData"].(map[string]any)
 	if docs[0]["type"] != "bootstrap.kubernetes.io/token" || sd["token-id"] != id || sd["token-secret"] != secret || sd["auth-extra-groups"] != "system:bootstrappers:aks-flex-node" {
@@ -74,7 +74,8 @@ func TestClusterPrepareBootstrapToken(t *testing.T) {
 	if roles["system:node-bootstrapper"] != "system:bootstrappers:aks-flex-node" ||
 		roles["system:certificates.k8s.io:certificatesigningrequests:nodeclient"] != "system:bootstrappers:aks-flex-node" ||
 		roles["system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"] != "system:nodes" ||
-		roles["aks-flex-node:node-reader"] != "system:nodes" {
+		roles["aks-flex-node:node-reader"] != "system:nodes" ||
+		roles["system:node-proxier"] != "system:nodes" {
 		t.Errorf("bindings %v", roles)
 	}
 	// A re-run reads the same token.
@@ -97,9 +98,14 @@ func TestClusterPrepareIdentity(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	docs := yamlDocs(t, out)
-	if len(docs) != 1 || docs[0]["roleRef"].(map[string]any)["name"] != "system:node" ||
-		docs[0]["subjects"].([]any)[0].(map[string]any)["name"] != "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee" {
-		t.Errorf("objects:\n%s", out)
+	if len(docs) != 2 {
+		t.Fatalf("objects:\n%s", out)
+	}
+	for i, role := range []string{"system:node", "system:node-proxier"} {
+		if docs[i]["roleRef"].(map[string]any)["name"] != role ||
+			docs[i]["subjects"].([]any)[0].(map[string]any)["name"] != "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee" {
+			t.Errorf("objects:\n%s", out)
+		}
 	}
 	for _, args := range [][]string{{"cluster", "prepare"}, {"cluster", "prepare", "--identity", "x"}, {"cluster", "prepare", "--identity", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "--bootstrap-token"}} {
 		if _, _, code := run(t, args...); code != ExitInvalid {

@@ -2,8 +2,9 @@
 // it: the objects `aks-flex-node cluster prepare` prints for an admin to
 // apply with kubectl (a bootstrap token Secret and the bindings that let
 // its kubelet bootstrap and have its client certificate approved, and
-// its agent read the Nodes for the routes between pod networks; the
-// binding an Entra identity needs to run a kubelet), and the permissions
+// its agent read the Nodes for the routes between pod networks, and its
+// kube-proxy read the Services; the bindings an Entra identity needs to
+// run a kubelet and kube-proxy), and the permissions
 // preflight's cluster-access check asks the API server about, which are
 // the same facts seen from the node.
 package clusterprep
@@ -34,7 +35,18 @@ const (
 	nodeClientRole       = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
 	selfNodeClientRole   = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
 	nodeRole             = "system:node"
+	nodeProxierRole      = "system:node-proxier"
 )
+
+// NodeProxierBinding is the binding that lets the nodes run kube-proxy
+// with their own credentials, as the agent's kube-proxy does
+// (networking.kubeProxy agent): Kubernetes' system:node-proxier role
+// (read Services, EndpointSlices, Nodes; write Events). The Node
+// authorizer and the system:node role let a node read Services but not
+// EndpointSlices. It grants nothing a kube-proxy DaemonSet's account does
+// not already have, so cluster prepare prints it whatever the nodes'
+// networking.kubeProxy.
+const NodeProxierBinding = "aks-flex-node:node-proxier"
 
 // Permission is one thing the node's credential must be allowed to do,
 // as a SelfSubjectAccessReview asks it.
@@ -158,6 +170,7 @@ func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
 		binding("aks-flex-node:node-autoapprove-certificate-rotation", selfNodeClientRole, group("system:nodes")),
 		nodeReaderRole(),
 		binding(NodeReaderRole, NodeReaderRole, group("system:nodes")),
+		binding(NodeProxierBinding, nodeProxierRole, group("system:nodes")),
 	}
 }
 
@@ -190,8 +203,11 @@ func nodeReaderRole() *rbacv1.ClusterRole {
 // ID objectID (its username, by the cluster's claim mapping) run a
 // kubelet: the system:node role.
 func IdentityObjects(objectID string) []any {
-	return []any{binding("aks-flex-node:node:"+objectID, nodeRole,
-		[]rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: objectID}})}
+	user := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: objectID}}
+	return []any{
+		binding("aks-flex-node:node:"+objectID, nodeRole, user),
+		binding(NodeProxierBinding+":"+objectID, nodeProxierRole, user),
+	}
 }
 
 func group(name string) []rbacv1.Subject {

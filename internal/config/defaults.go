@@ -59,6 +59,7 @@ func ApplyDefaults(c *Config) {
 	setStr(&c.Networking.DNSServiceIP, DefaultDNSServiceIP)
 	setStr(&c.Networking.CNIVersion, DefaultCNIVersion)
 	setStr(&c.Networking.Mode, DefaultNetworkMode)
+	setStr(&c.Networking.KubeProxy, KubeProxyDaemonSet)
 	setInt(&c.Node.MaxPods, DefaultMaxPods)
 	if c.Node.Kubelet.Verbosity == nil {
 		v := DefaultKubeletVerbosity

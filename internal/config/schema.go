@@ -130,7 +130,28 @@ type Networking struct {
 	// (host routes, host addresses); empty checks networking.dnsServiceIP
 	// alone.
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// KubeProxy says who gives the node's pods and host the cluster's
+	// Services: KubeProxyDaemonSet (the default: the cluster's kube-proxy
+	// DaemonSet, or its CNI, as on AKS; the agent runs none) or
+	// KubeProxyAgent (the agent runs kube-proxy from the bundle inside the
+	// machine, for clusters whose DaemonSet does not reach flex nodes).
+	KubeProxy string `json:"kubeProxy,omitempty"`
+	// KubeProxyMode is the mode of the agent's kube-proxy: "iptables",
+	// "nftables", or empty: iptables unless the host prefers nftables (it
+	// has nft and no iptables).
+	KubeProxyMode string `json:"kubeProxyMode,omitempty"`
 }
+
+// The networking.kubeProxy values and the kube-proxy modes.
+const (
+	KubeProxyDaemonSet = "daemonset"
+	KubeProxyAgent     = "agent"
+	KubeProxyIPTables  = "iptables"
+	KubeProxyNFTables  = "nftables"
+)
+
+// AgentKubeProxy says the agent runs the node's kube-proxy.
+func (n *Networking) AgentKubeProxy() bool { return n.KubeProxy == KubeProxyAgent }
 
 // HostRouting is IPv4 static routes the agent owns on the host, and the
 // CIDRs that must keep routing through the default route's interface.

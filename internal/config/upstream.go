@@ -154,6 +154,8 @@ var UpstreamKeys = []UpstreamKey{
 	{Key: "networking.mode", Outcome: Ours, Here: "who gives the node its pod network: bridge (default; the agent's bridge config, routes between flex nodes) or cluster (the cluster's CNI DaemonSet writes its config into the machine; the node is Ready once it has)", Sample: `"cluster"`},
 	{Key: "networking.podCIDR", Outcome: Ours, Here: "this node's pod range for the bridge CNI config; empty takes the Node's spec.podCIDR (the controller manager's --allocate-node-cidrs)", Sample: `"10.244.3.0/24"`},
 	{Key: "networking.serviceCIDR", Outcome: Ours, Here: "the cluster's Service range, for the overlap checks (empty: networking.dnsServiceIP alone)", Sample: `"10.0.0.0/16"`},
+	{Key: "networking.kubeProxy", Outcome: Ours, Here: "who runs kube-proxy for the node: daemonset (default: the cluster's DaemonSet, or none; the agent runs none) or agent (the agent runs kube-proxy from the bundle inside the machine, with the node's credentials)", Sample: `"agent"`},
+	{Key: "networking.kubeProxyMode", Outcome: Ours, Here: "the agent's kube-proxy mode: iptables or nftables (empty: iptables unless the host has nft and no iptables)", Sample: `"nftables"`},
 	{Key: "networking.localDNS", Outcome: Refused, Did: "runs AKS LocalDNS (a node-local CoreDNS) on the node", Not: "aks-flex-node does not", Sample: `{"mode":"Preferred"}`},
 	// node
 	{Key: "node.maxPods", Outcome: Implemented, Here: "1-250 (upstream does not check the range)", Sample: `110`},

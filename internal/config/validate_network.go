@@ -58,6 +58,30 @@ func (v *validator) networking(n *Networking) {
 	if dns, err := netip.ParseAddr(n.DNSServiceIP); err == nil && sok && !svc.Contains(dns) {
 		v.add("networking.dnsServiceIP", "%s is not in networking.serviceCIDR %s", dns, svc)
 	}
+	v.kubeProxy(n)
+}
+
+// kubeProxy checks who runs kube-proxy, and the agent's mode.
+func (v *validator) kubeProxy(n *Networking) {
+	switch n.KubeProxy {
+	case KubeProxyDaemonSet, KubeProxyAgent:
+	default:
+		v.add("networking.kubeProxy", "%q must be %q (the cluster's kube-proxy DaemonSet, or none) or %q (the agent runs kube-proxy in the machine)", n.KubeProxy, KubeProxyDaemonSet, KubeProxyAgent)
+		return
+	}
+	switch {
+	case n.KubeProxyMode != "" && n.KubeProxyMode != KubeProxyIPTables && n.KubeProxyMode != KubeProxyNFTables:
+		v.add("networking.kubeProxyMode", "%q must be %q or %q (empty: iptables unless the host has nft and no iptables)", n.KubeProxyMode, KubeProxyIPTables, KubeProxyNFTables)
+	case n.KubeProxyMode != "" && !n.AgentKubeProxy():
+		v.add("networking.kubeProxyMode", "%q is for the agent's kube-proxy, but networking.kubeProxy is %q", n.KubeProxyMode, n.KubeProxy)
+	}
+	// The agent's kube-proxy tells this node's pods by the bridge they
+	// come in on (cni0); a cluster CNI has no such bridge, and the node is
+	// not told the cluster's pod range either, so it could not tell local
+	// traffic at all.
+	if n.AgentKubeProxy() && n.ClusterCNI() {
+		v.add("networking.kubeProxy", "%q needs networking.mode %q: the agent's kube-proxy finds this node's pods by the bridge it makes (cni0), which networking.mode %q has not; use %q (the cluster's kube-proxy DaemonSet, or a CNI that replaces kube-proxy)", n.KubeProxy, NetworkModeBridge, n.Mode, KubeProxyDaemonSet)
+	}
 }
 
 // cidr checks an optional CIDR key: a network address with its prefix

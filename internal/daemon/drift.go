@@ -53,7 +53,7 @@ func (k *MachineKeeper) keepNode(ctx context.Context, name string, a *state.Appl
 		k.Log.Debug("systemd in the machine has jobs queued; units are checked at the next pass", "machine", name, "jobs", strings.TrimSpace(string(jobs)))
 		return errors.Join(errs...)
 	}
-	for _, u := range node.KeptUnits() {
+	for _, u := range node.KeptUnits(a.NodeFiles) {
 		if slices.Contains(restart, u) {
 			continue
 		}

@@ -62,6 +62,7 @@ const (
 // Units and scripts inside the machine.
 const (
 	KubeletUnit    Name = "kubelet.service"
+	KubeProxyUnit  Name = "kube-proxy.service"
 	ContainerdUnit Name = "containerd.service"
 	CgroupRWUnit   Name = "cgroup-rw.service"
 	CgroupRWScript Name = "cgroup-rw.sh"
@@ -80,6 +81,7 @@ var checks = map[Name]func([]byte) error{
 	Sysctl:         checkSysctl,
 	ModulesLoad:    checkModules,
 	KubeletUnit:    unitSections("Unit", "Service", "Install"),
+	KubeProxyUnit:  unitSections("Unit", "Service", "Install"),
 	ContainerdUnit: unitSections("Unit", "Service", "Install"),
 	CgroupRWUnit:   unitSections("Unit", "Service", "Install"),
 	CgroupRWScript: checkScript,

@@ -19,7 +19,8 @@ const BridgeName = node.BridgeName
 // the bridge and the veths the bridge plugin attached to it, and
 // netfilter state. The node's iptables (the worker image's iptables-nft)
 // writes nft tables: chains named CNI-* (the bridge plugin's masquerade,
-// portmap) and KUBE-* (the kubelet's canaries; kube-proxy's), the rules
+// portmap) and KUBE-* (the kubelet's canaries; kube-proxy's in iptables
+// mode), the rules
 // in other chains that jump to them, and the bridge plugin's own nft
 // tables (cni_*) when it uses its nftables backend. Rules written through
 // iptables-legacy are not in nft's view and are not removed.
@@ -30,9 +31,15 @@ func ownedChain(name string) bool {
 }
 
 // ownedTable says a whole nft table is the node's: the CNI plugins'
-// nftables backends name theirs cni_*, and the agent's masquerade is
-// MasqTable.
-func ownedTable(name string) bool { return strings.HasPrefix(name, "cni_") || name == MasqTable }
+// nftables backends name theirs cni_*, the agent's masquerade is
+// MasqTable, and the agent's kube-proxy in nftables mode writes
+// KubeProxyTable (ip and ip6).
+func ownedTable(name string) bool {
+	return strings.HasPrefix(name, "cni_") || name == MasqTable || name == KubeProxyTable
+}
+
+// KubeProxyTable is the nft table kube-proxy's nftables mode writes.
+const KubeProxyTable = "kube-proxy"
 
 // Cleaner removes the node's bridge network from the host.
 type Cleaner struct {

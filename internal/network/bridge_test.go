@@ -114,18 +114,20 @@ func (f *fakeNet) apply(a []string) error {
 
 // joinedHost is a host after a join: its own filter table with a rule
 // of its own; the node's nat table with the bridge plugin's and
-// portmap's chains; the kubelet's canary in mangle; a cni_ table; the
-// agent's masquerade table, with its rule.
+// portmap's chains; the kubelet's canary in mangle; kube-proxy's chains
+// (iptables mode) and tables (nftables mode); a cni_ table; the agent's
+// masquerade table, with its rule.
 func joinedHost() *fakeNet {
 	return &fakeNet{
 		links: []map[string]string{{"ifname": "lo"}, {"ifname": "eth0"}, {"ifname": "cni0"},
 			{"ifname": "veth1234", "master": "cni0"}, {"ifname": "vethother", "master": "br-site"}, {"ifname": "br-site"}},
-		tables: []string{"inet site", "ip nat", "ip mangle", "ip cni_plugins_masquerade", "ip " + MasqTable},
+		tables: []string{"inet site", "ip nat", "ip mangle", "ip cni_plugins_masquerade", "ip " + MasqTable, "ip kube-proxy", "ip6 kube-proxy"},
 		chains: []fakeChain{
 			{"inet", "site", "input", "input"},
 			{"ip", "nat", "POSTROUTING", "postrouting"}, {"ip", "nat", "PREROUTING", "prerouting"},
 			{"ip", "nat", "CNI-abc", ""}, {"ip", "nat", "CNI-HOSTPORT-DNAT", ""}, {"ip", "nat", "CNI-DN-1", ""},
-			{"ip", "mangle", "KUBE-KUBELET-CANARY", ""},
+			{"ip", "mangle", "KUBE-KUBELET-CANARY", ""}, {"ip", "nat", "KUBE-SERVICES", ""}, {"ip", "nat", "KUBE-SVC-X", ""},
+			{"ip", "kube-proxy", "nat-output", "output"}, {"ip6", "kube-proxy", "services", ""},
 			{"ip", "cni_plugins_masquerade", "postrouting", "postrouting"},
 			{"ip", MasqTable, "postrouting", "postrouting"},
 		},
@@ -134,6 +136,8 @@ func joinedHost() *fakeNet {
 			{"ip", "nat", "POSTROUTING", 10, "CNI-abc"}, {"ip", "nat", "PREROUTING", 11, "CNI-HOSTPORT-DNAT"},
 			{"ip", "nat", "POSTROUTING", 12, ""},
 			{"ip", "nat", "CNI-HOSTPORT-DNAT", 13, "CNI-DN-1"}, {"ip", "nat", "CNI-abc", 14, ""},
+			{"ip", "nat", "PREROUTING", 15, "KUBE-SERVICES"}, {"ip", "nat", "KUBE-SERVICES", 16, "KUBE-SVC-X"},
+			{"ip", "kube-proxy", "nat-output", 17, "services"},
 			{"ip", MasqTable, "postrouting", 20, ""},
 		},
 	}

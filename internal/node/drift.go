@@ -140,6 +140,10 @@ func UnitOf(p string) (unit string, unitFile bool) {
 		return KubeletUnitName, true
 	case CgroupRWUnitFile, wantsDir + "/" + CgroupRWUnitName:
 		return CgroupRWUnitName, true
+	case KubeProxyUnitFile, wantsDir + "/" + KubeProxyUnitName:
+		return KubeProxyUnitName, true
+	case KubeProxyConfigFile:
+		return KubeProxyUnitName, false
 	case ContainerdConfig:
 		return ContainerdUnitName, false
 	case KubeletConfigFile, BootstrapKubeconf, KubeletKubeconf, ClusterCAFile:
@@ -150,5 +154,13 @@ func UnitOf(p string) (unit string, unitFile bool) {
 	return "", false
 }
 
-// KeptUnits are the units inside the machine the agent keeps active.
-func KeptUnits() []string { return []string{ContainerdUnitName, KubeletUnitName} }
+// KeptUnits are the units inside the machine the agent keeps active, for
+// a node whose recorded files are sums: containerd and the kubelet, and
+// kube-proxy when start wrote its unit (networking.kubeProxy "agent").
+func KeptUnits(sums map[string]string) []string {
+	units := []string{ContainerdUnitName, KubeletUnitName}
+	if _, ok := sums[KubeProxyUnitFile]; ok {
+		units = append(units, KubeProxyUnitName)
+	}
+	return units
+}

@@ -75,6 +75,8 @@ var goldenCases = map[string]struct {
 	"cgroupv1": {cases["cgroupv1"], testConfig},
 	"cgroupv2": {cases["cgroupv2"], testConfig},
 	"identity": {cases["cgroupv2"], identityConfig},
+	// kube-proxy: the agent runs it (kubeproxy_test.go).
+	"kubeproxy": {cases["cgroupv2"], kubeProxyConfig},
 }
 
 func renderMap(t *testing.T, c *config.Config, o Options) map[string]File {

@@ -64,6 +64,11 @@ type Options struct {
 	// too low for a node. Defaults 1048576 and "infinity".
 	ContainerdLimitNOFILE int
 	ContainerdLimitNPROC  string
+
+	// KubeProxyMode is the agent's kube-proxy's mode when
+	// networking.kubeProxyMode leaves it to the host
+	// (DetectKubeProxyMode); empty means iptables.
+	KubeProxyMode string
 }
 
 // Defaults of the Options knobs.
@@ -115,6 +120,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.NodeIP != "" && net.ParseIP(o.NodeIP) == nil {
 		return o, fmt.Errorf("node IP %q: not an IP address", o.NodeIP)
+	}
+	if err := checkKubeProxyMode(o.KubeProxyMode); err != nil {
+		return o, err
 	}
 	if o.ContainerdLimitNOFILE < 0 {
 		return o, fmt.Errorf("containerd LimitNOFILE %d: must be positive", o.ContainerdLimitNOFILE)
@@ -170,5 +178,5 @@ func hasCapability(status []byte, field string, bit uint) (has, ok bool) {
 // config, for a host in cgroupMode ("v1" or "v2"): what start renders
 // with, and so what the agent's drift repair renders with to restore.
 func HostOptions(cgroupMode string) Options {
-	return Options{CgroupV1: cgroupMode != "v2", RestrictOOMScoreAdj: DetectRestrictOOMScoreAdj()}
+	return Options{CgroupV1: cgroupMode != "v2", RestrictOOMScoreAdj: DetectRestrictOOMScoreAdj(), KubeProxyMode: DetectKubeProxyMode()}
 }

@@ -136,6 +136,12 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 		step{ContainerdUnitFile, 0o644, false, renderContainerdUnit},
 		step{KubeletUnitFile, 0o644, false, renderKubeletUnit},
 	)
+	if in.kubeProxy {
+		steps = append(steps,
+			step{KubeProxyConfigFile, 0o644, false, renderKubeProxyConfig},
+			step{KubeProxyUnitFile, 0o644, false, renderKubeProxyUnit},
+		)
+	}
 	var files []File
 	for _, s := range steps {
 		data, err := s.render(in)
@@ -144,16 +150,19 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 		}
 		files = append(files, File{Path: s.path, Mode: s.mode, Data: data, Secret: s.secret})
 	}
-	for _, u := range enabledUnits(o) {
+	for _, u := range enabledUnits(o, in.kubeProxy) {
 		files = append(files, File{Path: wantsDir + "/" + u, Link: unitDir + "/" + u})
 	}
 	return files, nil
 }
 
-func enabledUnits(o Options) []string {
+func enabledUnits(o Options, kubeProxy bool) []string {
 	units := []string{ContainerdUnitName, KubeletUnitName}
 	if o.CgroupV1 {
 		units = append(units, CgroupRWUnitName)
+	}
+	if kubeProxy {
+		units = append(units, KubeProxyUnitName)
 	}
 	return units
 }
@@ -162,13 +171,18 @@ func enabledUnits(o Options) []string {
 // removes those the current mode does not produce, so a host that changed
 // cgroup mode converges instead of keeping a unit that remounts nothing,
 // one that changed from a bootstrap token to an identity keeps no
-// token, and one moved to networking.mode cluster keeps no bridge config.
-func staleFiles(o Options, identity, clusterCNI bool) []string {
+// token, one moved to networking.mode cluster keeps no bridge config, and
+// one whose kube-proxy is the cluster's DaemonSet's keeps no unit of the
+// agent's.
+func staleFiles(o Options, identity, clusterCNI, kubeProxy bool) []string {
 	var stale []string
 	if clusterCNI {
 		// A node moved from bridge to cluster mode: containerd loads the
 		// first config by name, and the cluster's may sort after ours.
 		stale = append(stale, CNIConfFile)
+	}
+	if !kubeProxy {
+		stale = append(stale, kubeProxyFiles...)
 	}
 	if !o.CgroupV1 {
 		stale = append(stale, wantsDir+"/"+CgroupRWUnitName, CgroupRWUnitFile, CgroupRWScript)
@@ -200,6 +214,9 @@ type inputs struct {
 	gcLow     int32
 	verbosity *int
 	podIPv6   bool
+	// kubeProxy: the agent runs kube-proxy in proxyMode.
+	kubeProxy bool
+	proxyMode string
 }
 
 var unitArgRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._/:=@,-]+$`) })
@@ -219,6 +236,8 @@ func newInputs(c *config.Config, o Options) (*inputs, error) {
 		gcHigh:    int32(k.ImageGCHighThreshold),
 		gcLow:     int32(k.ImageGCLowThreshold),
 		verbosity: k.Verbosity,
+		kubeProxy: c.Networking.AgentKubeProxy(),
+		proxyMode: kubeProxyMode(c, o),
 	}
 	if o.NodeIP != "" {
 		in.nodeIP = o.NodeIP

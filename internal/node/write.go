@@ -55,7 +55,7 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 			return changed, files, fmt.Errorf("make %s in machine %s: %w", CNIConfDir, machineRoot, err)
 		}
 	}
-	for _, p := range staleFiles(o, identity, c.Networking.ClusterCNI()) {
+	for _, p := range staleFiles(o, identity, c.Networking.ClusterCNI(), c.Networking.AgentKubeProxy()) {
 		removed, err := fsutil.RemoveIn(machineRoot, p)
 		if err != nil {
 			return changed, files, fmt.Errorf("remove %s in machine %s: %w", p, machineRoot, err)

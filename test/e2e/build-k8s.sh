@@ -47,7 +47,7 @@ cd "${here}/${module}"
 
 # Every component the module has a main for.
 all_components=()
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy; do
 	if [[ -f "${c}/main.go" ]]; then
 		all_components+=("${c}")
 	fi

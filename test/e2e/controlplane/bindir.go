@@ -14,8 +14,8 @@ import (
 const BinDirEnv = "AKS_FLEX_NODE_K8S_BIN_DIR"
 
 // Components are the binaries ../build-k8s.sh builds. Start needs the first
-// four; kubelet and kubectl are for tests that join nodes.
-var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"}
+// four; kubelet, kubectl and kube-proxy are for tests that join nodes.
+var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl", "kube-proxy"}
 
 // FindBinDir returns the directory holding the built components: $BinDirEnv
 // when set, else the cache directory ../build-k8s.sh --print-dir names for

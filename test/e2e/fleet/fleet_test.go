@@ -44,11 +44,14 @@ type spec struct {
 	// ignition: provisioned by the real Ignition from `ignition render`,
 	// joined by its first-boot unit; no start by hand.
 	ignition bool
+	// proxyMode is networking.kubeProxyMode ("" leaves it to the host);
+	// every host runs the agent's kube-proxy (services_test.go).
+	proxyMode string
 }
 
 var specs = []spec{
 	{name: "fleet-acl-1", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node"},
-	{name: "fleet-ign", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", ignition: true},
+	{name: "fleet-ign", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", ignition: true, proxyMode: "nftables"},
 	{name: "fleet-debian", variant: aclhost.Debian, agent: "/usr/local/bin/aks-flex-node"},
 }
 
@@ -97,6 +100,7 @@ func TestFleet(t *testing.T) {
 	f.checkPodCIDRs(t)
 	f.waitRoutes(t, f.members)
 	f.checkPodToPod(t)
+	f.checkServices(t)
 	gone := f.members[len(f.members)-1]
 	f.checkNodeDeletion(t, gone)
 	f.checkResets(t)
@@ -107,7 +111,7 @@ func TestFleet(t *testing.T) {
 // starts the control plane on the lab's link and builds the agent and
 // the bundle the hosts install from.
 func (f *fleet) setUp(t *testing.T) {
-	binDir, err := controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl")
+	binDir, err := controlplane.FindBinDir("kube-apiserver", "kubelet", "kubectl", "kube-proxy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +119,7 @@ func (f *fleet) setUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixtureBundle, manifest, err := fixtures.Bundle(f.ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubernetesVersion: "1.35.4"})
+	fixtureBundle, manifest, err := fixtures.Bundle(f.ctx, t.Logf, fixtures.BundleOptions{KubeletPath: binDir + "/kubelet", KubectlPath: binDir + "/kubectl", KubeProxyPath: binDir + "/kube-proxy", KubernetesVersion: "1.35.4"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +243,7 @@ func (f *fleet) config(t *testing.T, s spec, ip string) []byte {
 	}
 	c := f.manifest.Components
 	cfg["components"] = map[string]any{"kubernetes": c.Kubernetes, "containerd": c.Containerd, "runc": c.Runc, "sandboxImage": fixtures.PauseImageRef}
-	cfg["networking"] = map[string]any{"cniVersion": c.CNI}
+	cfg["networking"] = proxyNetworking(s, c.CNI)
 	cfg["node"].(map[string]any)["kubelet"].(map[string]any)["nodeIP"] = ip
 	out, _ := json.MarshalIndent(cfg, "", "  ")
 	return out
