@@ -14,15 +14,9 @@ import (
 	"github.com/Azure/aks-flex-node/internal/progress"
 )
 
-func newStartCommand() *cobra.Command {
-	var path string
-	var opts preflight.Options
-	var timeout, drainTimeout, lockTimeout time.Duration
-	cmd := &cobra.Command{
-		Use:     "start",
-		Aliases: []string{"bootstrap"},
-		Short:   "Join this host to the cluster (runs preflight first; idempotent)",
-		Long: `Join this host to the cluster as a worker node: run the preflight checks
+// startLong is start's --help text; the phase list comes from the code.
+func startLong() string {
+	return `Join this host to the cluster as a worker node: run the preflight checks
 and refuse on any error before touching the host; prepare the host (kernel
 modules, sysctls, swap off, layout dirs); provision the machine kube1 from
 bootstrap.ociImage; install the node components from the offline bundle or
@@ -62,8 +56,19 @@ task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
 
 ` + bootstrap.DescribeStart() + `
 --ignore-preflight-errors=all does not cover agent-binary: ignoring it only
-moves the failure after the node joined; name it to ignore it anyway.`,
-		Args: cobra.NoArgs,
+moves the failure after the node joined; name it to ignore it anyway.`
+}
+
+func newStartCommand() *cobra.Command {
+	var path string
+	var opts preflight.Options
+	var timeout, drainTimeout, lockTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:     "start",
+		Aliases: []string{"bootstrap"},
+		Short:   "Join this host to the cluster (runs preflight first; idempotent)",
+		Long:    startLong(),
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.Validate(preflight.StartNames); err != nil {
 				return invalid(err)
