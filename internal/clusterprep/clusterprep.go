@@ -185,6 +185,15 @@ func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
 // list and watch Nodes.
 const NodeReaderRole = "aks-flex-node:node-reader"
 
+// KubeProxyPermissions are what the agent's kube-proxy (networking.kubeProxy
+// agent), which signs in as the node, reads beyond what the kubelet does:
+// the system:node-proxier role grants them.
+var KubeProxyPermissions = []Permission{
+	{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"},
+	{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"},
+	{Verb: "watch", Resource: "services"},
+}
+
 // NodeReaderPermissions are what the agent's keep-pod-routes loop does.
 var NodeReaderPermissions = []Permission{
 	{Verb: "list", Resource: "nodes"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
@@ -48,9 +49,9 @@ func clusterAccessCheck(e *Env) Check {
 			}
 		}
 		if len(missing) > 0 {
-			return Error(remedy(user.Username), "%s may not %s: the kubelet needs each of these", who, strings.Join(missing, ", "))
+			return Error(remedy(user.Username), "%s may not %s: the node needs each of these (its kubelet, and kube-proxy when the agent runs it)", who, strings.Join(missing, ", "))
 		}
-		return OK("%s may do all %d things the kubelet needs", who, len(perms))
+		return OK("%s may do all %d things the node needs", who, len(perms))
 	})
 }
 
@@ -82,7 +83,11 @@ func (e *Env) accessCredential(ctx context.Context) (token, who string, perms []
 		}
 		return fmt.Sprintf("bind the identity to the system:node role: aks-flex-node cluster prepare --identity %s | kubectl apply -f -", user)
 	}
-	return tok.AccessToken, s.String(), clusterprep.KubeletPermissions, remedy, nil
+	perms = clusterprep.KubeletPermissions
+	if e.Config.Networking.AgentKubeProxy() {
+		perms = append(slices.Clip(perms), clusterprep.KubeProxyPermissions...)
+	}
+	return tok.AccessToken, s.String(), perms, remedy, nil
 }
 
 // redactCredential keeps the bootstrap token's secret out of a message

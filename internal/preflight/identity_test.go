@@ -114,6 +114,19 @@ func TestClusterAccess(t *testing.T) {
 		t.Errorf("remedy %q", r.Remedy)
 	}
 
+	// The agent's kube-proxy signs in as the node: with
+	// networking.kubeProxy agent the identity must read EndpointSlices and
+	// watch Services too (system:node-proxier).
+	id.set("networking.kubeProxy", "agent")
+	srv.set(func(f *fakeAPIServer) { f.denied = nil })
+	want(t, id.run(NameClusterAccess), SeverityOK, "may do all 19")
+	srv.set(func(f *fakeAPIServer) {
+		f.denied = map[string]bool{"list endpointslices.discovery.k8s.io": true}
+	})
+	want(t, id.run(NameClusterAccess), SeverityError, "may not list endpointslices.discovery.k8s.io", "kube-proxy")
+	id.set("networking.kubeProxy", "daemonset")
+	srv.set(func(f *fakeAPIServer) { f.denied = nil })
+
 	// Unknown to the cluster: 401.
 	srv.set(func(f *fakeAPIServer) { f.review = 401 })
 	want(t, id.run(NameClusterAccess), SeverityError, "rejected", "does not authenticate it")
