@@ -15,6 +15,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 // APITimeout bounds each request preflight makes to the API server.
@@ -224,6 +225,9 @@ func nodeNameCheck(e *Env) Check {
 		}
 		switch code {
 		case http.StatusOK:
+			if a, err := state.LoadApplied(e.Layout.OnRoot(e.Layout.StateDir())); err == nil && a != nil && a.NodeName == name {
+				return OK("%s; the Node of that name is this host's: it joined as %s (state in %s)", valid, name, e.Layout.StateDir())
+			}
 			return Warning(fmt.Sprintf("if that Node is an earlier incarnation of this host, delete it (kubectl delete node %s); otherwise set a different agent.nodeName in %s", name, e.configFile()),
 				"a Node named %s already exists in the cluster at %s: joining would take it over", name, e.serverURL())
 		case http.StatusNotFound:

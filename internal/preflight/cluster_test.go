@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/kubeapi"
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 // fakeAPIServer answers like kube-apiserver for the three requests
@@ -201,6 +203,25 @@ func TestNodeName(t *testing.T) {
 
 	srv.set(func(f *fakeAPIServer) { f.node = http.StatusOK })
 	want(t, h.run(NameNodeName), SeverityWarning, "a Node named "+testNode+" already exists", "kubectl delete node "+testNode, "agent.nodeName")
+
+	// This host's own Node (a converging or repaving start) is no
+	// takeover; another host's state with that name would not be here.
+	env := h.env()
+	dir := env.Layout.OnRoot(env.Layout.StateDir())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.SaveApplied(dir, state.Applied{NodeName: "another-node"}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, h.run(NameNodeName), SeverityWarning, "a Node named "+testNode+" already exists")
+	if _, err := state.SaveApplied(dir, state.Applied{NodeName: testNode}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, h.run(NameNodeName), SeverityOK, "the Node of that name is this host's: it joined as "+testNode)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 
 	srv.set(func(f *fakeAPIServer) { f.node = http.StatusForbidden })
 	want(t, h.run(NameNodeName), SeverityOK, "cannot tell", "403")
