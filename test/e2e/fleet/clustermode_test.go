@@ -106,13 +106,17 @@ func TestClusterMode(t *testing.T) {
 }
 
 // clusterModeConfig is a bridge-mode fleet config set to networking.mode
-// cluster.
+// cluster, with the cluster's kube-proxy (the agent's needs the bridge:
+// config validate refuses it in cluster mode).
 func clusterModeConfig(t *testing.T, data []byte) []byte {
 	var cfg map[string]any
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["networking"].(map[string]any)["mode"] = "cluster"
+	n := cfg["networking"].(map[string]any)
+	n["mode"] = "cluster"
+	n["kubeProxy"] = "daemonset"
+	delete(n, "kubeProxyMode")
 	out, _ := json.MarshalIndent(cfg, "", "  ")
 	return out
 }
