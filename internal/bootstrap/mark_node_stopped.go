@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 

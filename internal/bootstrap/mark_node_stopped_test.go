@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/kubeclient"
-	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 )
 
 // reset tells the API server the kubelet stopped: Ready becomes Unknown,

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/kubeclient"
-	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/kubeclient"
-	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
