@@ -46,7 +46,7 @@ lint:
 	$(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 	shellcheck $(SCRIPTS)
-	$(GO) test -count=1 -run '^TestRenderedScriptShellcheck$$' ./internal/upgrade/
+	$(GO) test -count=1 -run '^TestRenderedScriptShellcheck$$' ./internal/agentupgrade/
 
 # Every fuzz target of the module, each for FUZZTIME (not part of make
 # test). Targets are found per package with go test -list, so a new Fuzz

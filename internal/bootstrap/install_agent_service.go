@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 type installAgentService struct {
@@ -15,7 +15,7 @@ type installAgentService struct {
 }
 
 // InstallAgentService returns the task that installs and starts the agent
-// service (upgrade.InstallService, the same code as install-service): on
+// service (agentupgrade.InstallService, the same code as install-service): on
 // a host whose binary was placed at the layout's agent binary (Ignition),
 // this seeds the upgrade slots. What would make it fail is refused by the
 // agent-binary preflight check, before the node joins.
@@ -27,9 +27,9 @@ func (t *installAgentService) Name() string { return "install-agent-service" }
 
 func (t *installAgentService) Do(ctx context.Context) (task.Result, error) {
 	l := t.host.Layout
-	if err := t.host.track(append([]string{l.Units().Agent}, upgrade.UnitPaths(l)...)...); err != nil {
+	if err := t.host.track(append([]string{l.Units().Agent}, agentupgrade.UnitPaths(l)...)...); err != nil {
 		return task.Result{}, err
 	}
-	changed, err := upgrade.InstallService(ctx, l, systemd.NewManager(l.Root()), t.log)
+	changed, err := agentupgrade.InstallService(ctx, l, systemd.NewManager(l.Root()), t.log)
 	return task.Result{Changed: changed}, err
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 	"github.com/Azure/aks-flex-node/internal/task"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 type removeAgentService struct {
@@ -17,7 +17,7 @@ type removeAgentService struct {
 }
 
 // RemoveAgentService returns the task that stops and removes the agent
-// service and the recovery unit and timer (upgrade.UninstallService).
+// service and the recovery unit and timer (agentupgrade.UninstallService).
 func RemoveAgentService(l layout.Layout, mgr *systemd.Manager, log *slog.Logger) task.Task {
 	return &removeAgentService{layout: l, mgr: mgr, log: log}
 }
@@ -25,6 +25,6 @@ func RemoveAgentService(l layout.Layout, mgr *systemd.Manager, log *slog.Logger)
 func (t *removeAgentService) Name() string { return "remove-agent-service" }
 
 func (t *removeAgentService) Do(ctx context.Context) (task.Result, error) {
-	changed, err := upgrade.UninstallService(ctx, t.layout, t.mgr, t.log)
+	changed, err := agentupgrade.UninstallService(ctx, t.layout, t.mgr, t.log)
 	return task.Result{Changed: changed}, err
 }

@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 // keepInStateDir survives reset: the install record belongs to install.sh,
@@ -131,7 +131,7 @@ func (t *removeTrackedPaths) remove(hp string) (bool, error) {
 	case hp == l.LibDir():
 		// The upgrade slots, their links and the recovery script are
 		// the agent binary, which reset keeps.
-		removed, err = removeDirExcept(full, upgrade.Kept(l))
+		removed, err = removeDirExcept(full, agentupgrade.Kept(l))
 	default:
 		err = os.Remove(full) // only when empty: anything else is not ours
 		if err != nil && isNotEmpty(err) {

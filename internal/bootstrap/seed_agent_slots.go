@@ -3,8 +3,8 @@ package bootstrap
 import (
 	"context"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/task"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 type seedAgentSlots struct {
@@ -12,7 +12,7 @@ type seedAgentSlots struct {
 }
 
 // SeedAgentSlots returns the task that seeds the agent's upgrade slots
-// from the binary at the layout's agent binary (upgrade.Seed, which
+// from the binary at the layout's agent binary (agentupgrade.Seed, which
 // install-agent-service runs again later and finds done). It runs before
 // the machine starts because a node that joins with an Azure identity
 // runs the current slot's binary inside the machine as its credential
@@ -22,7 +22,7 @@ func SeedAgentSlots(h Host) task.Task { return &seedAgentSlots{host: h} }
 func (t *seedAgentSlots) Name() string { return "seed-agent-slots" }
 
 func (t *seedAgentSlots) Do(ctx context.Context) (task.Result, error) {
-	res, err := upgrade.Seed(ctx, t.host.Layout)
+	res, err := agentupgrade.Seed(ctx, t.host.Layout)
 	if err != nil {
 		return task.Result{}, err
 	}

@@ -8,11 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
 	"github.com/Azure/aks-flex-node/internal/logfile"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -55,7 +55,7 @@ failed its last pass. Its log lines go to the journal and, with their time,
 to agent.log in agent.logDir (rotated at 10 MiB, 5 files kept).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			failpoint.Hit(upgrade.StepAgentStart)
+			failpoint.Hit(agentupgrade.StepAgentStart)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			log := logger(cmd.ErrOrStderr(), 0)
@@ -89,7 +89,7 @@ to agent.log in agent.logDir (rotated at 10 MiB, 5 files kept).`,
 			// rolled back because it is away), and what an agent binary
 			// can break on its own shows by now. A crash after the
 			// confirmation is handled by Restart=, on the new slot.
-			if _, err := upgrade.Confirm(l, upgrade.RunningSlot(l), log); err != nil {
+			if _, err := agentupgrade.Confirm(l, agentupgrade.RunningSlot(l), log); err != nil {
 				return err
 			}
 			a, err := daemon.New(c, l, log)

@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newInstallServiceCommand() *cobra.Command {
@@ -50,7 +50,7 @@ is written and enabled in that tree only (image baking).`,
 				return fmt.Errorf("install-service: %w", err)
 			}
 			defer lk.Release()
-			changed, err := upgrade.InstallService(cmd.Context(), l, systemd.NewManager(root), log)
+			changed, err := agentupgrade.InstallService(cmd.Context(), l, systemd.NewManager(root), log)
 			if err != nil {
 				return err
 			}
@@ -84,7 +84,7 @@ func newUninstallServiceCommand() *cobra.Command {
 				return fmt.Errorf("uninstall-service: %w", err)
 			}
 			defer lk.Release()
-			removed, err := upgrade.UninstallService(cmd.Context(), l, systemd.NewManager(root), log)
+			removed, err := agentupgrade.UninstallService(cmd.Context(), l, systemd.NewManager(root), log)
 			if err != nil {
 				return err
 			}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/state"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -39,7 +39,7 @@ config selects the default layout, and says so on stderr.`,
 			if err != nil {
 				return invalid(err)
 			}
-			s, err := upgrade.GetStatus(cmd.Context(), l)
+			s, err := agentupgrade.GetStatus(cmd.Context(), l)
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
@@ -54,7 +54,7 @@ config selects the default layout, and says so on stderr.`,
 			network := readNodeNetwork(l, sides)
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
-					*upgrade.Status
+					*agentupgrade.Status
 					Repairs []state.Repair `json:"repairs"`
 					Node    *state.Sides   `json:"node"`
 					Network nodeNetwork    `json:"network"`
@@ -65,7 +65,7 @@ config selects the default layout, and says so on stderr.`,
 			fmt.Fprintf(w, "prefix:     %s\n", orNone(s.Prefix))
 			for _, lk := range []struct {
 				name string
-				ls   upgrade.LinkStatus
+				ls   agentupgrade.LinkStatus
 			}{{"current", s.Current}, {"last-good", s.LastGood}} {
 				fmt.Fprintf(w, "%-11s %s -> %s", lk.name+":", lk.ls.Path, orNone(lk.ls.Slot))
 				if lk.ls.Error != "" {

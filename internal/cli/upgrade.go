@@ -7,15 +7,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/progress"
 	"github.com/Azure/aks-flex-node/internal/systemd"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 func newAgentUpgradeCommand() *cobra.Command {
 	var path, output string
-	var o upgrade.Options
+	var o agentupgrade.Options
 	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "agent-upgrade",
@@ -59,9 +59,9 @@ while one of them runs it waits, up to --lock-timeout, naming the holder.`,
 			o.Manager = systemd.NewManager("/")
 			o.Log, o.Observer = con.Log, con.Observer
 			o.Lock = lockWait(cmd, l, lockTimeout)
-			out, err := upgrade.Run(cmd.Context(), l, o)
+			out, err := agentupgrade.Run(cmd.Context(), l, o)
 			con.Finish(err)
-			var re *upgrade.RefusedError
+			var re *agentupgrade.RefusedError
 			if errors.As(err, &re) {
 				return invalid(err)
 			}
@@ -87,13 +87,13 @@ while one of them runs it waits, up to --lock-timeout, naming the holder.`,
 	f.StringVar(&o.SHA256, "sha256", "", "expected SHA-256 of the candidate (required)")
 	f.BoolVar(&o.Preflight, "preflight", false, "verify and test-run the candidate, print the plan, change nothing")
 	f.BoolVar(&o.AllowDowngrade, "allow-downgrade", false, "install a candidate that is not newer than the current agent")
-	f.DurationVar(&o.Deadline, "deadline", upgrade.DefaultDeadline, "how long the new agent has to confirm itself healthy before recovery rolls back")
+	f.DurationVar(&o.Deadline, "deadline", agentupgrade.DefaultDeadline, "how long the new agent has to confirm itself healthy before recovery rolls back")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
 	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }
 
-func printUpgrade(cmd *cobra.Command, out *upgrade.Outcome, preflight bool) {
+func printUpgrade(cmd *cobra.Command, out *agentupgrade.Outcome, preflight bool) {
 	w := cmd.OutOrStdout()
 	p := out.Plan
 	switch {

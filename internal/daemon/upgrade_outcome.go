@@ -8,10 +8,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/layout"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 // AnnouncedFile, in the state dir, holds the time of the last upgrade
@@ -32,8 +32,8 @@ func ReportUpgradeOutcome(l layout.Layout, rec *events.Recorder) Loop {
 }
 
 func reportUpgradeOutcome(ctx context.Context, l layout.Layout, rec *events.Recorder) error {
-	res, err := upgrade.LoadResult(l)
-	if err != nil || res == nil || res.Result != upgrade.ResultRolledBack {
+	res, err := agentupgrade.LoadResult(l)
+	if err != nil || res == nil || res.Result != agentupgrade.ResultRolledBack {
 		return err
 	}
 	path := l.OnRoot(l.StateDir() + "/" + AnnouncedFile)

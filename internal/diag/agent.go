@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/preflight"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 // checkAgent: the agent runs, says it is healthy on its socket, its loops
@@ -32,7 +32,7 @@ func checkAgent(e *Env) preflight.Check {
 				"%s is %s (result %s), restarts %d", layout.AgentUnitName, st, orUnknown(st.Result), st.Restarts)
 		}
 		var notes []string
-		if in, err := upgrade.LoadInFlight(e.Layout); err != nil {
+		if in, err := agentupgrade.LoadInFlight(e.Layout); err != nil {
 			notes = append(notes, "upgrade record unreadable: "+err.Error())
 		} else if in != nil {
 			msg := fmt.Sprintf("agent upgrade %s -> %s in flight, deadline %s", in.FromVersion, in.ToVersion, in.Deadline.UTC().Format(time.RFC3339))

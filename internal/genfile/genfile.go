@@ -41,7 +41,7 @@ const (
 	RecoveryTimer Name = "recovery.timer"
 	// RecoveryScript is a bash script; .tmpl keeps the unrendered text out
 	// of the repository's shellcheck run (the rendered script is linted by
-	// internal/upgrade's tests).
+	// internal/agentupgrade's tests).
 	RecoveryScript Name = "recovery.sh.tmpl"
 )
 

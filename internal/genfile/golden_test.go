@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/genfile"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/systemd"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -54,11 +54,11 @@ func hostFiles(t *testing.T, c hostCase) map[string]string {
 	add(l.Units().Agent, text, err)
 	text, err = systemd.FirstBootUnit(l)
 	add(l.FirstBootUnit(), text, err)
-	text, err = upgrade.RenderRecoveryUnit(l)
+	text, err = agentupgrade.RenderRecoveryUnit(l)
 	add(l.Units().Recovery, text, err)
-	text, err = upgrade.RenderRecoveryTimer()
+	text, err = agentupgrade.RenderRecoveryTimer()
 	add(l.RecoveryTimerUnit(), text, err)
-	text, err = upgrade.RenderRecoveryScript(l)
+	text, err = agentupgrade.RenderRecoveryScript(l)
 	add(l.RecoveryScript(), text, err)
 	text, err = machine.NspawnFile(c.machine)
 	add(l.NspawnFile(layout.MachineBlue), text, err)

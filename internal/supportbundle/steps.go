@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -20,7 +21,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/node"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 )
 
 // reports: what `version`, `status`, `debug`, `preflight` and `host
@@ -30,7 +30,7 @@ func (c *collector) reports(ctx context.Context) error {
 	if err := c.addJSON("reports/version.json", "aks-flex-node version --output json", buildinfo.Get(), nil); err != nil {
 		return err
 	}
-	st, err := upgrade.GetStatus(ctx, l)
+	st, err := agentupgrade.GetStatus(ctx, l)
 	if err := c.addJSON("reports/status.json", "aks-flex-node status --output json", st, err); err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 // offline, under a root tree.
 //
 // Other units have their own owners: the recovery unit and timer belong to
-// internal/upgrade, the machine's .nspawn file and drop-in to
+// internal/agentupgrade, the machine's .nspawn file and drop-in to
 // internal/machine, the units inside the machine to internal/node.
 package systemd
 
@@ -18,7 +18,7 @@ import (
 
 // AgentUnit renders aks-flex-node-agent.service for a layout. It runs the
 // `current` upgrade link, so an upgrade is one rename plus a restart, and
-// hands failures to the recovery unit (see internal/upgrade). The paths are
+// hands failures to the recovery unit (see internal/agentupgrade). The paths are
 // interpolated unquoted; that is safe only because layout.New (and
 // WithConfigFile) admit no byte systemd treats specially.
 func AgentUnit(l layout.Layout) (string, error) {

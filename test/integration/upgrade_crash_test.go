@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 	"github.com/Azure/aks-flex-node/test/aclhost"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestUpgradeKill9AtEveryStep(t *testing.T) {
 	t.Parallel()
 	u := newUpgradeHost(t, aclhost.ACL, aclPrefix, "fp1", "kill")
-	for _, step := range upgrade.UpgradeSteps {
+	for _, step := range agentupgrade.UpgradeSteps {
 		t.Run(step, func(t *testing.T) {
 			from, cand := u.status(t).Current.Slot, u.otherFP(t)
 			_, errOut, code, _ := u.upgradeTo(t, []string{failpoint.EnvPoints + "=" + step + ":kill"}, cand, "--deadline", "6s", "--allow-downgrade")
@@ -29,7 +29,7 @@ func TestUpgradeKill9AtEveryStep(t *testing.T) {
 			t.Logf("after kill -9 at %s: current %s (%s), last %+v", step, s.Current.Slot, s.CurrentVersion, s.Last)
 		})
 	}
-	for _, step := range upgrade.AgentSteps {
+	for _, step := range agentupgrade.AgentSteps {
 		t.Run(step, func(t *testing.T) {
 			dir := "/var/tmp/failpoints-kill-" + step
 			u.setAgentFailpoint(t, step+":kill", dir)
@@ -55,10 +55,10 @@ func TestUpgradePowerCutAtEveryStep(t *testing.T) {
 	t.Parallel()
 	u := newUpgradeHost(t, aclhost.ACL, aclPrefix, "fp1", "power")
 	agentStep := map[string]bool{}
-	for _, s := range upgrade.AgentSteps {
+	for _, s := range agentupgrade.AgentSteps {
 		agentStep[s] = true
 	}
-	for _, step := range append(append([]string{}, upgrade.UpgradeSteps...), upgrade.AgentSteps...) {
+	for _, step := range append(append([]string{}, agentupgrade.UpgradeSteps...), agentupgrade.AgentSteps...) {
 		t.Run(step, func(t *testing.T) {
 			dir := "/var/tmp/failpoints-power-" + step
 			env := []string{failpoint.EnvDir + "=" + dir}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
-	"github.com/Azure/aks-flex-node/internal/upgrade"
 	"github.com/Azure/aks-flex-node/test/aclhost"
 )
 
@@ -40,8 +40,8 @@ var (
 	buildsErr  error
 	builds     = map[string]struct{ version, tags, ldflags string }{
 		"v2":     {"v2.0.0", "", ""},
-		"v3exit": {"v3.0.0-exit", "failpoints", "-X " + fpPkg + ".baked=" + upgrade.StepAgentStart + ":exit1"},
-		"v3hang": {"v3.0.0-hang", "failpoints", "-X " + fpPkg + ".baked=" + upgrade.StepConfirm + ":skip"},
+		"v3exit": {"v3.0.0-exit", "failpoints", "-X " + fpPkg + ".baked=" + agentupgrade.StepAgentStart + ":exit1"},
+		"v3hang": {"v3.0.0-hang", "failpoints", "-X " + fpPkg + ".baked=" + agentupgrade.StepConfirm + ":skip"},
 		"fp1":    {"v1.0.0-fp", "failpoints", ""},
 		"fp2":    {"v2.0.0-fp", "failpoints", ""},
 	}
@@ -463,7 +463,7 @@ func (u *upHost) rollbackLatency(t *testing.T, cursor string) time.Duration {
 		msg, _ := e.Message.(string)
 		ts, _ := strconv.ParseInt(e.Realtime, 10, 64)
 		switch {
-		case failed == 0 && strings.Contains(msg, "failpoint "+upgrade.StepAgentStart+": exit1"):
+		case failed == 0 && strings.Contains(msg, "failpoint "+agentupgrade.StepAgentStart+": exit1"):
 			failed = ts
 		case failed != 0 && strings.Contains(msg, "agent started"):
 			started = ts

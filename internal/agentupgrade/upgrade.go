@@ -1,10 +1,10 @@
-// Package upgrade owns the agent's blue/green self-upgrade: the two slots
+// Package agentupgrade owns the agent's blue/green self-upgrade: the two slots
 // and the `current` and `last-good` links in the layout's lib dir, seeding
 // them on first install, the atomic switch, the in-flight record, the new
 // agent's confirmation, and the recovery script, unit and timer that roll
 // back without a human when the new agent crashes, exits or does not
 // confirm in time.
-package upgrade
+package agentupgrade
 
 import (
 	"context"

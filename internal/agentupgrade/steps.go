@@ -1,4 +1,4 @@
-package upgrade
+package agentupgrade
 
 // Steps of agent-upgrade, in order. Each is a failpoint in test builds
 // (internal/failpoint): the crash-consistency tests kill -9 the process, or
