@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/identity"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -39,7 +39,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		a.Loops = append(a.Loops, *loop)
 	}
 	if srv := c.Node.Kubelet.ClusterFQDN; srv != "" {
-		client, err := kubeapi.New(srv, c.CAPEM(), 10*time.Second)
+		client, err := apiprobe.New(srv, c.CAPEM(), 10*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("node.kubelet.caCertData: %w", err)
 		}
@@ -94,7 +94,7 @@ func startDeletionReset(ctx context.Context, l layout.Layout) error {
 // server answers and accepts a token for the identity the kubelet uses,
 // from the cache the kubelet's plugin shares (so the agent's own client
 // uses the same credential, and asks the endpoint only when it is due).
-func authenticated(ctx context.Context, client *kubeapi.Client, src *identity.Source) error {
+func authenticated(ctx context.Context, client *apiprobe.Client, src *identity.Source) error {
 	tok, _, err := src.Token(ctx, identity.AKSServerID)
 	if err != nil {
 		return err

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/identity"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/test/fakeentra"
 )
 
@@ -35,7 +35,7 @@ func TestReadyAuthenticatesAsTheIdentity(t *testing.T) {
 	var accept atomic.Bool
 	accept.Store(true)
 	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !accept.Load() || r.URL.Path != kubeapi.SelfSubjectReviewPath || !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ey") {
+		if !accept.Load() || r.URL.Path != apiprobe.SelfSubjectReviewPath || !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ey") {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
@@ -43,7 +43,7 @@ func TestReadyAuthenticatesAsTheIdentity(t *testing.T) {
 		_, _ = w.Write([]byte(`{"status":{"userInfo":{"username":"agent-oid"}}}`))
 	}))
 	t.Cleanup(api.Close)
-	client, err := kubeapi.New(api.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 5*time.Second)
+	client, err := apiprobe.New(api.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

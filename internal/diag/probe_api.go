@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/node"
 )
 
@@ -96,11 +96,11 @@ func (e *Env) probeAPI(ctx context.Context) apiProbe {
 	}
 
 	var data []byte
-	p.ssrCode, data, p.ssrErr = call(http.MethodPost, kubeapi.SelfSubjectReviewPath, []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	p.ssrCode, data, p.ssrErr = call(http.MethodPost, apiprobe.SelfSubjectReviewPath, []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
 	if p.ssrErr == nil && p.ssrCode/100 == 2 {
 		var review struct {
 			Status struct {
-				UserInfo kubeapi.UserInfo `json:"userInfo"`
+				UserInfo apiprobe.UserInfo `json:"userInfo"`
 			} `json:"status"`
 		}
 		if err := json.Unmarshal(data, &review); err != nil {

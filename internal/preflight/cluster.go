@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/config"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
@@ -40,17 +40,17 @@ func (e *Env) serverURL() string {
 	return u
 }
 
-// apiClient is the kubeapi client for the configured server, made once
+// apiClient is the apiprobe client for the configured server, made once
 // per Env (the checks run concurrently): it trusts exactly
 // node.kubelet.caCertData, as the kubelet will, or the system trust store
 // when that is empty.
-func (e *Env) apiClient() (*kubeapi.Client, error) {
+func (e *Env) apiClient() (*apiprobe.Client, error) {
 	e.apiOnce.Do(func() {
 		if e.Config.Node.Kubelet.CACertData == "" {
-			e.api = kubeapi.NewSystemTrust(e.serverURL(), APITimeout)
+			e.api = apiprobe.NewSystemTrust(e.serverURL(), APITimeout)
 			return
 		}
-		e.api, e.apiErr = kubeapi.New(e.serverURL(), e.Config.CAPEM(), APITimeout)
+		e.api, e.apiErr = apiprobe.New(e.serverURL(), e.Config.CAPEM(), APITimeout)
 		if e.apiErr != nil {
 			e.apiErr = fmt.Errorf("%s in %s: %w", caKey, e.configFile(), e.apiErr)
 		}
@@ -146,10 +146,10 @@ func bootstrapTokenCheck(e *Env) Check {
 		if e.serverURL() == "" {
 			return OK("token id %s not verified: %s is empty in %s", id, fqdnKey, e.configFile())
 		}
-		u := e.serverURL() + kubeapi.SelfSubjectReviewPath
+		u := e.serverURL() + apiprobe.SelfSubjectReviewPath
 		c, err := e.apiClient()
 		code := 0
-		var user kubeapi.UserInfo
+		var user apiprobe.UserInfo
 		if err == nil {
 			code, user, err = c.SelfSubjectReview(ctx, token)
 		}

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
@@ -68,7 +68,7 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/version":
 		_, _ = io.WriteString(w, `{"major":"1","minor":"35","gitVersion":"v1.35.0"}`)
-	case r.Method == http.MethodPost && r.URL.Path == kubeapi.SelfSubjectReviewPath:
+	case r.Method == http.MethodPost && r.URL.Path == apiprobe.SelfSubjectReviewPath:
 		var body struct{ APIVersion, Kind string }
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectReview" || body.APIVersion != "authentication.k8s.io/v1" || auth != "Bearer "+f.credential() {
 			http.Error(w, `{"kind":"Status","code":400}`, http.StatusBadRequest)
@@ -84,11 +84,11 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 			"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
 			"status": map[string]any{"userInfo": map[string]any{"username": f.username, "groups": []string{"system:bootstrappers"}}},
 		})
-	case r.Method == http.MethodPost && r.URL.Path == kubeapi.SelfSubjectAccessReviewPath:
+	case r.Method == http.MethodPost && r.URL.Path == apiprobe.SelfSubjectAccessReviewPath:
 		var body struct {
 			Kind string
 			Spec struct {
-				ResourceAttributes kubeapi.ResourceAttributes `json:"resourceAttributes"`
+				ResourceAttributes apiprobe.ResourceAttributes `json:"resourceAttributes"`
 			}
 		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Kind != "SelfSubjectAccessReview" || auth != "Bearer "+f.credential() {

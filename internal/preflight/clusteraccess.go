@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
 )
 
 // clusterAccessCheck asks the API server, with the credential the kubelet
@@ -40,7 +40,7 @@ func clusterAccessCheck(e *Env) Check {
 		}
 		var missing []string
 		for _, p := range perms {
-			code, allowed, _, err := c.SelfSubjectAccessReview(ctx, token, kubeapi.ResourceAttributes{Namespace: p.Namespace, Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource})
+			code, allowed, _, err := c.SelfSubjectAccessReview(ctx, token, apiprobe.ResourceAttributes{Namespace: p.Namespace, Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource})
 			if err != nil || code/100 != 2 {
 				return Warning("check the API server's health", "%s: cannot ask whether it may %s: answer %d %v", who, p, code, e.redactCredential(err))
 			}

@@ -10,13 +10,13 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsroot"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/ignition"
-	"github.com/Azure/aks-flex-node/internal/kubeapi"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
 )
@@ -103,7 +103,7 @@ type Env struct {
 
 	// The API server client, made on first use (see apiClient).
 	apiOnce sync.Once
-	api     *kubeapi.Client
+	api     *apiprobe.Client
 	apiErr  error
 }
 

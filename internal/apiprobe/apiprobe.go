@@ -1,9 +1,9 @@
-// Package kubeapi owns the few raw calls aks-flex-node makes to a
+// Package apiprobe owns the few raw calls aks-flex-node makes to a
 // Kubernetes API server before it has a kubeconfig (is the server there
 // with this CA, who does it say this credential is, what may it do, does
 // a Node of this name exist) and the one HTTP client they go through. Preflight and
 // the agent both use it, so both trust and route the same way.
-package kubeapi
+package apiprobe
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package kubeapi
+package apiprobe
 
 import (
 	"context"
