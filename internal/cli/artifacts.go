@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 )
 
 func newArtifactsCommand() *cobra.Command {
@@ -195,7 +195,7 @@ usage or an invalid config.`,
 				if err != nil {
 					return err
 				}
-				want = bootstrap.WantComponents(c)
+				want = lifecycle.WantComponents(c)
 				if source == "" {
 					source = c.Bootstrap.OfflineArtifacts.Source
 				}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
 	"github.com/Azure/aks-flex-node/internal/state"
@@ -80,7 +80,7 @@ Phases, in order, and their tasks (each task logs one line,
 task=<name> status=ok changed=<bool>; rollback runs only on a failure in
 switch):
 
-` + bootstrap.DescribeRepave(),
+` + lifecycle.DescribeRepave(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runNodeUpgrade(cmd, &f) },
 	}
@@ -131,19 +131,19 @@ func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
 		stdout = cmd.ErrOrStderr() // stdout is the record's
 	}
 	con := progress.NewConsole("node upgrade", stdout, cmd.ErrOrStderr(), levelOf(c), false)
-	r := bootstrap.NewRepave(bootstrap.RepaveOptions{
-		Options: bootstrap.Options{Layout: l, Config: c, ConfigFile: f.path, ConfigData: data,
+	r := lifecycle.NewRepave(lifecycle.RepaveOptions{
+		Options: lifecycle.Options{Layout: l, Config: c, ConfigFile: f.path, ConfigData: data,
 			Log: con.Log, Progress: con.Progress, Observer: con.Observer, Lock: lockWait(cmd, l, f.lock)},
 		KubernetesVersion: f.version, Image: f.image, DrainTimeout: f.drain, ReadyTimeout: f.ready,
 	}, *applied)
-	pf := bootstrap.Preflight{
+	pf := lifecycle.Preflight{
 		Env:     &preflight.Env{Root: "/", ConfigFile: f.path, Layout: l},
 		Options: f.preflight,
 		Report:  con.Progress,
 	}
 	rec, err := r.Run(cmd.Context(), pf)
 	con.Finish(err)
-	var refused *bootstrap.RefusedError
+	var refused *lifecycle.RefusedError
 	if errors.As(err, &refused) {
 		fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: node upgrade: refused before anything changed")
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/ignition"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 )
 
@@ -57,7 +57,7 @@ reported as warnings with --ignore-preflight-errors.`,
 				src.IMDSEndpoint = imds
 			}
 			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
-			bootstrap.NewStart(bootstrap.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
+			lifecycle.NewStart(lifecycle.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
 			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {
@@ -95,7 +95,7 @@ func preflightReport(path string) func(context.Context) (any, error) {
 			return nil, err
 		}
 		env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}
-		bootstrap.NewStart(bootstrap.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
+		lifecycle.NewStart(lifecycle.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
 		return preflight.Run(ctx, preflight.Checks(env), preflight.Options{}), nil
 	}
 }

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
 )
@@ -54,7 +54,7 @@ end: a start, reset or agent-upgrade already running makes it wait, up to
 Phases, in order, and their tasks (each task logs one line,
 task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
 
-` + bootstrap.DescribeStart() + `
+` + lifecycle.DescribeStart() + `
 --ignore-preflight-errors=all does not cover agent-binary: ignoring it only
 moves the failure after the node joined; name it to ignore it anyway.`
 }
@@ -92,7 +92,7 @@ func newStartCommand() *cobra.Command {
 				return invalid(err)
 			}
 			con := progress.NewConsole("start", cmd.OutOrStdout(), cmd.ErrOrStderr(), levelOf(c), false)
-			s := bootstrap.NewStart(bootstrap.Options{
+			s := lifecycle.NewStart(lifecycle.Options{
 				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
 				// After a repave the node runs in the other machine:
 				// start converges that one.
@@ -104,14 +104,14 @@ func newStartCommand() *cobra.Command {
 				DrainTimeout: drainTimeout,
 				Lock:         lockWait(cmd, l, lockTimeout),
 			})
-			pf := bootstrap.Preflight{
+			pf := lifecycle.Preflight{
 				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
 				Options: opts,
 				Report:  con.Progress,
 			}
 			_, err = s.Run(cmd.Context(), pf)
 			con.Finish(err)
-			var refused *bootstrap.RefusedError
+			var refused *lifecycle.RefusedError
 			if errors.As(err, &refused) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "aks-flex-node: start: refused before touching the host; nothing was changed")
 			}
@@ -163,7 +163,7 @@ and each file's stat against its record, and pulls and hashes nothing.`,
 				return err
 			}
 			con := progress.NewConsole("reset", cmd.OutOrStdout(), cmd.ErrOrStderr(), 0, false)
-			changed, err := bootstrap.Reset(cmd.Context(), bootstrap.Options{Layout: l, ConfigFile: path, Log: con.Log, Observer: con.Observer, Lock: lockWait(cmd, l, lockTimeout), KeepImageCache: keepCache})
+			changed, err := lifecycle.Reset(cmd.Context(), lifecycle.Options{Layout: l, ConfigFile: path, Log: con.Log, Observer: con.Observer, Lock: lockWait(cmd, l, lockTimeout), KeepImageCache: keepCache})
 			con.Finish(err)
 			if err != nil {
 				return fmt.Errorf("reset: %w", err)

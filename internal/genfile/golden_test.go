@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/Azure/aks-flex-node/internal/agentupgrade"
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/genfile"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/systemd"
 )
@@ -64,9 +64,9 @@ func hostFiles(t *testing.T, c hostCase) map[string]string {
 	add(l.NspawnFile(layout.MachineBlue), text, err)
 	text, err = machine.DropIn(c.machine)
 	add(l.MachineDropIn(layout.MachineBlue), text, err)
-	b, err := genfile.Render(genfile.Sysctl, bootstrap.Sysctls)
+	b, err := genfile.Render(genfile.Sysctl, lifecycle.Sysctls)
 	add(l.SysctlDropIn(), string(b), err)
-	b, err = genfile.Render(genfile.ModulesLoad, bootstrap.RequiredModules)
+	b, err = genfile.Render(genfile.ModulesLoad, lifecycle.RequiredModules)
 	add(l.ModulesLoadFile(), string(b), err)
 	return files
 }

@@ -167,7 +167,7 @@ func TestDisplayDumbTerminalAnnouncesWaits(t *testing.T) {
 
 // Anywhere but a terminal (a pipe, a file, the journal) and with --output
 // json there is no display: the logger and the lines are the plain ones
-// the goldens in internal/bootstrap pin.
+// the goldens in internal/lifecycle pin.
 func TestNoDisplayOffTerminal(t *testing.T) {
 	t.Setenv("INVOCATION_ID", "")
 	t.Setenv("JOURNAL_STREAM", "")

@@ -136,7 +136,7 @@ func TestDay2(t *testing.T) {
 	t.Logf("start took %v\n%s", time.Since(began).Round(time.Millisecond), out)
 	kubetest.WaitReady(ctx, t, e.cp.Client, nodeName, 2*time.Minute)
 	// Off a terminal the output is the plain format the goldens in
-	// internal/bootstrap pin: after preflight's report "[start] ..." lines,
+	// internal/lifecycle pin: after preflight's report "[start] ..." lines,
 	// and task lines on stderr.
 	_, tasks, ok := strings.Cut(out, " errors: ok\n")
 	if !ok {

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/task"
 	"github.com/Azure/aks-flex-node/test/aclhost"
 	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
@@ -80,8 +80,8 @@ func (e *env) crash(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.install(t)
-	startTasks := taskNames(bootstrap.NewStart(bootstrap.Options{Config: &config.Config{}}).Phases("v1"))
-	resetTasks := taskNames(bootstrap.ResetPhases(bootstrap.Options{}))
+	startTasks := taskNames(lifecycle.NewStart(lifecycle.Options{Config: &config.Config{}}).Phases("v1"))
+	resetTasks := taskNames(lifecycle.ResetPhases(lifecycle.Options{}))
 	figures := map[string]time.Duration{}
 	timed := func(name string, f func()) {
 		begin := time.Now()

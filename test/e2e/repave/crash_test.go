@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/Azure/aks-flex-node/internal/bootstrap"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/failpoint"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
@@ -33,7 +33,7 @@ const (
 // order, read from the code, so a task added to the repave is crashed at
 // without anyone editing this test.
 func repaveSteps() []string {
-	r := bootstrap.NewRepave(bootstrap.RepaveOptions{Options: bootstrap.Options{Config: &config.Config{}}}, state.Applied{Machine: "kube1"})
+	r := lifecycle.NewRepave(lifecycle.RepaveOptions{Options: lifecycle.Options{Config: &config.Config{}}}, state.Applied{Machine: "kube1"})
 	var out []string
 	for _, p := range r.Phases("v2") {
 		out = append(out, p.Names()...)

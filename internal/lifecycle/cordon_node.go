@@ -1,0 +1,57 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+type cordonNode struct {
+	client   *NodeClient
+	nodeName string
+	cordon   bool
+}
+
+// CordonNode returns the task that marks the Node unschedulable, as the
+// node (the Node authorizer lets a node change its own spec); with cordon
+// false it is uncordon-node, which marks it schedulable again.
+func CordonNode(client *NodeClient, nodeName string, cordon bool) task.Task {
+	return &cordonNode{client: client, nodeName: nodeName, cordon: cordon}
+}
+
+func (t *cordonNode) Name() string {
+	if t.cordon {
+		return "cordon-node"
+	}
+	return "uncordon-node"
+}
+
+func (t *cordonNode) Do(ctx context.Context) (task.Result, error) {
+	return SetUnschedulable(ctx, t.client, t.nodeName, t.cordon)
+}
+
+// SetUnschedulable sets the Node's spec.unschedulable to u unless it is
+// already that.
+func SetUnschedulable(ctx context.Context, client *NodeClient, name string, u bool) (task.Result, error) {
+	cs, err := client.Get()
+	if err != nil {
+		return task.Result{}, err
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return task.Result{}, fmt.Errorf("read Node %s: %w", name, err)
+	}
+	if n.Spec.Unschedulable == u {
+		return task.Result{Detail: fmt.Sprintf("unschedulable=%t already", u)}, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": u}})
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return task.Result{}, fmt.Errorf("set Node %s unschedulable=%t: %w", name, u, err)
+	}
+	return task.Result{Changed: true, Detail: fmt.Sprintf("unschedulable=%t", u)}, nil
+}

@@ -1,0 +1,66 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+)
+
+// Host is what the tasks that change the host act on: the layout on its
+// root, the proc tree that describes it, how host commands run, and the
+// tracker that records what start creates. It holds no result of any
+// task.
+type Host struct {
+	Layout  layout.Layout
+	ProcDir string // default /proc
+	Exec    Runner // nil runs commands for real
+	Tracker *Tracker
+}
+
+func (h Host) procDir() string {
+	if h.ProcDir != "" {
+		return h.ProcDir
+	}
+	return "/proc"
+}
+
+func (h Host) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	if h.Exec != nil {
+		return h.Exec(ctx, name, args...)
+	}
+	return execRunner(ctx, name, args...)
+}
+
+func (h Host) track(paths ...string) error { return h.Tracker.Add(paths...) }
+
+// Machine is the node's machine as the tasks see it: its name, its rootfs
+// and how to control and enter it.
+type Machine struct {
+	Layout  layout.Layout
+	Name    string
+	Control *machine.Control
+}
+
+// NewMachine is machine name of l, controlled through run (nil runs
+// machinectl and systemctl for real).
+func NewMachine(l layout.Layout, name string, run Runner) Machine {
+	c := &machine.Control{}
+	if run != nil {
+		c.Run = run
+	}
+	return Machine{Layout: l, Name: name, Control: c}
+}
+
+// Root is the machine's rootfs, as this process opens it.
+func (m Machine) Root() string { return machine.Dir(m.Layout, m.Name) }
+
+func (m Machine) exec(ctx context.Context, args ...string) ([]byte, error) {
+	return m.Control.Exec(ctx, m.Name, args...)
+}
+
+// logHint says where to look when a step inside the machine hangs.
+func (m Machine) logHint(unit string) string {
+	return fmt.Sprintf("its log: journalctl -D %s/var/log/journal -u %s (or, inside: machinectl shell %s)", m.Layout.MachineDir(m.Name), unit, m.Name)
+}
