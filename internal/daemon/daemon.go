@@ -2,22 +2,27 @@
 // as aks-flex-node-agent.service, what it waits for before it works (its
 // config file, the API server), the loops it runs, and what it tells the
 // outside about itself: /healthz and /metrics on its socket (serve.go,
-// health.go). Its loops are keep-machine (keeper.go, drift.go), which
-// brings the node's machine back after a reboot, repairs drift inside it
-// against the checksums start recorded and stops the inactive side;
-// keep-node-object (nodeobject.go), which registers a deleted Node again
-// and resets a host whose Node carries the deletion taint; keep-pod-routes
-// (podroutes.go), which routes to the other Nodes' pod CIDRs from a watch
-// on the Nodes; finish-repave (repave.go), which finishes a repave whose
-// process died (internal/recovery's rule, which keep-machine follows too:
-// the applied state's side runs, the other is stopped first); and
-// report-upgrade-outcome, which records a rollback of an agent upgrade as
-// an Event on the Node. Repave is a further Loop to come; every loop
-// reports through the same metrics registry and event recorder. Loops that change the node hold the node
-// lock (internal/nodelock) while they do, taken at once or not at all.
-// The agent waits with backoff instead of crashing (a crash loop would
-// run into systemd's start limit and leave the host without an agent),
-// and it exits cleanly when stopped.
+// health.go). Each loop lives in the file named after it:
+//   - keep-machine (keep_machine.go, keep_machine_drift.go) brings the
+//     node's machine back after a reboot, repairs drift inside it against
+//     the checksums start recorded and stops the inactive side;
+//   - keep-node-object (keep_node_object.go) registers a deleted Node again
+//     and resets a host whose Node carries the deletion taint;
+//   - keep-pod-routes (keep_pod_routes.go) routes to the other Nodes' pod
+//     CIDRs from a watch on the Nodes;
+//   - keep-host-routes (keep_host_routes.go) keeps hostRouting's static
+//     routes;
+//   - finish-repave (finish_repave.go) finishes a repave whose process died
+//     (internal/recovery's rule, which keep-machine follows too: the
+//     applied state's side runs, the other is stopped first);
+//   - report-upgrade-outcome (report_upgrade_outcome.go) records a rollback
+//     of an agent upgrade as an Event on the Node.
+//
+// Every loop reports through the same metrics registry and event recorder.
+// Loops that change the node hold the node lock (internal/nodelock) while
+// they do, taken at once or not at all. The agent waits with backoff
+// instead of crashing (a crash loop would run into systemd's start limit
+// and leave the host without an agent), and it exits cleanly when stopped.
 package daemon
 
 import (
