@@ -175,3 +175,21 @@ func TestSlug(t *testing.T) {
 		}
 	}
 }
+
+// docs/code-map.md places every package under internal/ in a tier: a new
+// package without a line there fails here.
+func TestCodeMapNamesEveryPackage(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "docs/code-map.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "internal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !strings.Contains(string(data), "| `"+e.Name()+"`") {
+			t.Errorf("docs/code-map.md has no row for internal/%s", e.Name())
+		}
+	}
+}
