@@ -3,6 +3,7 @@ package refdocs
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -129,7 +130,12 @@ func writeFlags(b *strings.Builder, title string, fs *pflag.FlagSet) {
 			name = "`-" + f.Shorthand + "`, " + name
 		}
 		def := ""
-		if f.DefValue != "" && f.DefValue != "[]" && !(f.Value.Type() == "bool" && f.DefValue == "false") {
+		switch {
+		case strings.Contains(f.Name, "arch") && f.DefValue == runtime.GOARCH:
+			// The machine that builds the binary chooses it; the page
+			// must not depend on where it was generated.
+			def = "this machine's (`GOARCH`)"
+		case f.DefValue != "" && f.DefValue != "[]" && !(f.Value.Type() == "bool" && f.DefValue == "false"):
 			def = "`" + f.DefValue + "`"
 		}
 		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s |", name, f.Value.Type(), def, cell(f.Usage)))
