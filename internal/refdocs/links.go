@@ -21,20 +21,7 @@ var inlineLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 // that anchor. It returns one line per dead link, `file:line: target:
 // why`.
 func DeadLinks(root string) ([]string, error) {
-	files := []string{"README.md"}
-	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && strings.HasSuffix(p, ".md") {
-			rel, err := filepath.Rel(root, p)
-			if err != nil {
-				return err
-			}
-			files = append(files, filepath.ToSlash(rel))
-		}
-		return nil
-	})
+	files, err := markdownFiles(root)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +39,26 @@ func DeadLinks(root string) ([]string, error) {
 		}
 	}
 	return dead, nil
+}
+
+// markdownFiles are README.md and every .md under docs/, relative to root
+// with forward slashes.
+func markdownFiles(root string) ([]string, error) {
+	files := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	return files, err
 }
 
 type link struct {

@@ -19,6 +19,8 @@ var (
 	preflightNotesFile string
 	//go:embed notes/commands.md
 	commandNotesFile string
+	//go:embed notes/layout.md
+	layoutNotes string
 	//go:embed notes/phases.md
 	phaseNotesFile string
 )

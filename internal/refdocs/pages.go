@@ -13,6 +13,7 @@ const (
 	ConfigPage    = "docs/reference/config.md"
 	PhasesPage    = "docs/reference/phases.md"
 	PreflightPage = "docs/reference/preflight.md"
+	LayoutPage    = "docs/reference/layout.md"
 )
 
 // header opens every generated page, so a reader knows not to edit it.
@@ -26,6 +27,7 @@ func Pages() (map[string][]byte, error) {
 		ConfigPage:    Config,
 		PhasesPage:    Phases,
 		PreflightPage: Preflight,
+		LayoutPage:    Layout,
 	}
 	out := make(map[string][]byte, len(gens))
 	for path, gen := range gens {

@@ -193,3 +193,43 @@ func TestCodeMapNamesEveryPackage(t *testing.T) {
 		}
 	}
 }
+
+// Every .PHONY target has a rule, and every `make X` the docs tell a
+// reader to run exists.
+func TestMakeTargetsExist(t *testing.T) {
+	problems, err := MakeProblems(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+func TestMakeProblemsFindsThem(t *testing.T) {
+	dir := t.TempDir()
+	for p, s := range map[string]string{
+		"Makefile":      ".PHONY: build ghost\nbuild:\n\tgo build\n",
+		"README.md":     "Run `make build`, then `KEEP=1 make nothere`.\n",
+		"docs/a/b.md":   "`make build PKG=x`\n",
+		"docs/skip.txt": "`make nope`\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := MakeProblems(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"Makefile: .PHONY declares ghost, which has no rule",
+		"README.md: `make nothere`: the Makefile has no rule nothere",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
