@@ -21,6 +21,10 @@ func Commands() (string, error) {
 		return "", fmt.Errorf("notes/commands.md: %w", err)
 	}
 	root := cli.NewRootCommand(io.Discard, io.Discard)
+	// cobra adds its default completion command only when the program
+	// runs; add it now, as Execute would, so the page has what --help has
+	// (a no-op when the program turned it off or has its own).
+	root.InitDefaultCompletionCmd()
 	var b strings.Builder
 	b.WriteString("# Command reference\n\n")
 	fmt.Fprintf(&b, "Every command of `%s`, from the command tree the binary runs. "+
@@ -33,15 +37,9 @@ func Commands() (string, error) {
 	fmt.Fprintf(&b, "| %d | invalid input or usage: a bad flag or argument, an invalid config (each problem with its JSON path), a refused prefix |\n\n", cli.ExitInvalid)
 	b.WriteString("A command that says more (which failures are 1, which refusals are 2) says it in its description below.\n\n")
 	b.WriteString("## Commands\n\n")
+	writeIndex(&b, root)
 	var all []*cobra.Command
 	walk(root, func(c *cobra.Command) { all = append(all, c) })
-	for _, c := range all {
-		if c == root {
-			continue
-		}
-		fmt.Fprintf(&b, "- [`%s`](#%s)%s\n", c.CommandPath(), slug(c.CommandPath()), shortSuffix(c))
-	}
-	b.WriteString("\n")
 	for _, c := range all {
 		writeCommand(&b, c, notes[commandKey(c)])
 	}
@@ -57,6 +55,50 @@ func walk(c *cobra.Command, visit func(*cobra.Command)) {
 	visit(c)
 	for _, sub := range c.Commands() {
 		walk(sub, visit)
+	}
+}
+
+// writeIndex lists every command under root: by the root's command groups,
+// as --help shows them, when it has groups; else in the tree's order.
+func writeIndex(b *strings.Builder, root *cobra.Command) {
+	item := func(top *cobra.Command) {
+		walk(top, func(c *cobra.Command) {
+			fmt.Fprintf(b, "- [`%s`](#%s)%s\n", c.CommandPath(), slug(c.CommandPath()), shortSuffix(c))
+		})
+	}
+	groups := root.Groups()
+	if len(groups) == 0 {
+		for _, c := range root.Commands() {
+			item(c)
+		}
+		b.WriteString("\n")
+		return
+	}
+	grouped := map[string]bool{}
+	for _, g := range groups {
+		grouped[g.ID] = true
+	}
+	for _, g := range groups {
+		fmt.Fprintf(b, "%s\n\n", strings.TrimSuffix(strings.TrimSpace(g.Title), ":"))
+		for _, c := range root.Commands() {
+			if c.GroupID == g.ID {
+				item(c)
+			}
+		}
+		b.WriteString("\n")
+	}
+	var rest []*cobra.Command
+	for _, c := range root.Commands() {
+		if !grouped[c.GroupID] && !c.Hidden {
+			rest = append(rest, c)
+		}
+	}
+	if len(rest) > 0 {
+		b.WriteString("Other commands\n\n")
+		for _, c := range rest {
+			item(c)
+		}
+		b.WriteString("\n")
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated pages under docs/reference")
@@ -231,5 +233,28 @@ func TestMakeProblemsFindsThem(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// With command groups, the index follows them as --help does, and a
+// command in no group is listed last.
+func TestIndexByGroups(t *testing.T) {
+	root := &cobra.Command{Use: "x"}
+	root.AddGroup(&cobra.Group{ID: "join", Title: "Join and leave:"})
+	start := &cobra.Command{Use: "start", Short: "Join", GroupID: "join", Run: func(*cobra.Command, []string) {}}
+	version := &cobra.Command{Use: "version", Run: func(*cobra.Command, []string) {}}
+	node := &cobra.Command{Use: "node", GroupID: "join"}
+	node.AddCommand(&cobra.Command{Use: "upgrade", Short: "Repave", Run: func(*cobra.Command, []string) {}})
+	root.AddCommand(version, start, node)
+	var b strings.Builder
+	writeIndex(&b, root)
+	want := "Join and leave\n\n" +
+		"- [`x node`](#x-node)\n" +
+		"- [`x node upgrade`](#x-node-upgrade): Repave\n" +
+		"- [`x start`](#x-start): Join\n\n" +
+		"Other commands\n\n" +
+		"- [`x version`](#x-version)\n\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
