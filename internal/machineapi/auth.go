@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
@@ -22,7 +24,7 @@ type TokenSource interface {
 // answer (Azure-AsyncOperation, nextLink) that points elsewhere gets no
 // token and no request.
 type tokenPolicy struct {
-	src      TokenSource
+	src      *memoSource
 	audience string
 	host     string
 	identity string
@@ -33,10 +35,34 @@ func (p *tokenPolicy) Do(req *policy.Request) (*http.Response, error) {
 	if u.Scheme != "https" || !strings.EqualFold(u.Host, p.host) {
 		return nil, errNoRetry{fmt.Errorf("refusing to send %s's token to %s://%s: only https://%s is Azure Resource Manager here", p.identity, u.Scheme, u.Host, p.host)}
 	}
-	tok, _, err := p.src.Token(req.Raw().Context(), strings.TrimRight(p.audience, "/"))
+	tok, err := p.src.token(req.Raw().Context(), strings.TrimRight(p.audience, "/"))
 	if err != nil {
 		return nil, errNoRetry{fmt.Errorf("token for %s: %w", p.audience, err)}
 	}
 	req.Raw().Header.Set("Authorization", "Bearer "+tok.AccessToken)
 	return req.Next()
+}
+
+// memoSource keeps the last token in memory until its RefreshAt: a
+// registration's requests share one token even where the source caches
+// none (start, which may not write before registration succeeds).
+type memoSource struct {
+	src TokenSource
+	mu  sync.Mutex
+	tok identity.Token
+	res string
+}
+
+func (m *memoSource) token(ctx context.Context, resource string) (identity.Token, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.res == resource && m.tok.AccessToken != "" && time.Now().Before(m.tok.RefreshAt()) {
+		return m.tok, nil
+	}
+	t, _, err := m.src.Token(ctx, resource)
+	if err != nil {
+		return t, err
+	}
+	m.tok, m.res = t, resource
+	return t, nil
 }

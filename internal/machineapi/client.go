@@ -76,7 +76,7 @@ func New(o Options) (*Client, error) {
 		hc = transport.Policy{Limits: Limits}.Client()
 	}
 	rp := &retryPolicy{r: o.Retry, sleep: o.Sleep, now: o.Now}
-	tp := &tokenPolicy{src: o.Tokens, audience: o.Audience, host: base.Host, identity: o.Identity}
+	tp := &tokenPolicy{src: &memoSource{src: o.Tokens}, audience: o.Audience, host: base.Host, identity: o.Identity}
 	pl := runtime.NewPipeline("aks-flex-node/machineapi", "v1", runtime.PipelineOptions{
 		PerCall:  []policy.Policy{rp},
 		PerRetry: []policy.Policy{tp},

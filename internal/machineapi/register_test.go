@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/test/fakearm"
 )
 
@@ -155,5 +156,23 @@ func TestEndpointFollowsUpstreamsAudienceRule(t *testing.T) {
 		if e != c.endpoint || a != c.audience {
 			t.Errorf("%s %q: %s %s", c.cloud, c.configured, e, a)
 		}
+	}
+}
+
+// A registration's requests share one token even from a source that
+// caches none (start's): one token request for the four ARM requests.
+func TestOneTokenServesARegistration(t *testing.T) {
+	e := newEnv(t)
+	o := e.opts
+	o.Tokens = &identity.Source{Spec: e.spec}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Register(context.Background(), c, Want{Version: "1.35.0"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := e.tn.TokenRequests(), len(e.arm.Requests()); n != 1 || m != 4 {
+		t.Errorf("%d token requests for %d ARM requests, want 1 for 4", n, m)
 	}
 }
