@@ -44,8 +44,12 @@ func (e *Error) Error() string {
 	if pe := e.ProvisioningError; pe != nil && (pe.Code != "" || pe.Message != "") {
 		fmt.Fprintf(&b, "; the Machine's status.provisioningError: %s: %s", pe.Code, oneLine(pe.Message))
 	}
-	if e.Identity != "" && (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden) {
-		fmt.Fprintf(&b, " (asked as %s: grant it a role on the cluster that allows Microsoft.ContainerService/managedClusters/agentPools/machines/write, or fix azure.* )", e.Identity)
+	switch {
+	case e.Identity == "":
+	case e.Status == http.StatusUnauthorized:
+		fmt.Fprintf(&b, " (asked as %s: ARM did not accept its token; check that the identity is of the cluster's tenant and that azure.cloud or azure.resourceManagerEndpoint names this ARM)", e.Identity)
+	case e.Status == http.StatusForbidden:
+		fmt.Fprintf(&b, " (asked as %s: grant it a role on the cluster that allows Microsoft.ContainerService/managedClusters/agentPools/machines/read and write)", e.Identity)
 	}
 	return b.String()
 }
