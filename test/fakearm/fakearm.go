@@ -7,7 +7,8 @@
 // non-terminal provisioningState, an operation status URL and
 // Retry-After); paged lists with nextLink; bearer tokens checked against
 // the fake Entra tenant (test/fakeentra, whose tokens IMDS and the Arc
-// agent hand out too); ARM's error envelope; and fault knobs (any status
+// agent hand out too); the pool's deleteMachines action; ARM's error
+// envelope; and fault knobs (any status
 // with a code, Retry-After, slow answers, failed operations, an eTag that
 // moves between a GET and a PUT). Tests serve it only on loopback.
 package fakearm
@@ -49,6 +50,8 @@ const (
 	KindMachine   Kind = "machine"
 	KindList      Kind = "list"
 	KindOperation Kind = "operation"
+	// KindDeleteMachines is the pool's deleteMachines action.
+	KindDeleteMachines Kind = "deleteMachines"
 )
 
 // Fault answers matching requests instead of the fake: Method and Kind

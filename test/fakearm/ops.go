@@ -150,3 +150,55 @@ func (s *Server) Machine(id string) map[string]any {
 	}
 	return nil
 }
+
+// Update changes a stored Machine's properties.kubernetes as an admin's
+// `az aks machine update` would, with a new eTag; false when there is no
+// such Machine.
+func (s *Server) Update(id string, edit func(kubernetes map[string]any)) (etag string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.machines[key(id)]
+	if m == nil {
+		return "", false
+	}
+	k, _ := m.props["kubernetes"].(map[string]any)
+	if k == nil {
+		k = map[string]any{}
+		m.props["kubernetes"] = k
+	}
+	edit(k)
+	m.etag = newETag()
+	return m.etag, true
+}
+
+// deleteMachines is the pool's deleteMachines action: body
+// {"machineNames": [...]}, answered 202 with Location and
+// Azure-AsyncOperation; the Machines are gone at once and the operation
+// ends Succeeded at its first poll.
+func (s *Server) deleteMachines(w http.ResponseWriter, r *http.Request, pool string) {
+	body, err := readBody(r)
+	names, _ := body["machineNames"].([]any)
+	if err != nil || len(names) == 0 {
+		armError(w, http.StatusBadRequest, "InvalidRequestContent", "The request content must name machineNames.")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		name, _ := n.(string)
+		if s.machines[key(pool+"/machines/"+name)] == nil {
+			armError(w, http.StatusNotFound, "NotFound", fmt.Sprintf("Machine %s not found in agent pool %s.", name, path.Base(pool)))
+			return
+		}
+	}
+	for _, n := range names {
+		delete(s.machines, key(pool+"/machines/"+n.(string)))
+	}
+	op := &operation{id: newETag(), polls: 1, status: "InProgress", start: time.Now()}
+	s.ops[op.id] = op
+	sub := strings.Split(strings.TrimPrefix(pool, "/"), "/")[1]
+	u := fmt.Sprintf("%s/subscriptions/%s/providers/Microsoft.ContainerService/locations/%s/operations/%s?api-version=%s", s.URL, sub, s.o.Location, op.id, r.URL.Query().Get("api-version"))
+	w.Header().Set("Azure-AsyncOperation", u)
+	w.Header().Set("Location", u)
+	w.WriteHeader(http.StatusAccepted)
+}
