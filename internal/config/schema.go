@@ -91,7 +91,7 @@ type ServicePrincipal struct {
 // Arc, when enabled, takes the identity of the Azure Arc agent already
 // connected on the host (its local identity endpoint). Upstream's Arc
 // registration keys (machineName, resourceGroup, location, tags) are
-// refused by name in upstream.go: aks-flex-node registers no machine.
+// refused by name in upstream.go: aks-flex-node registers no host with Arc.
 type Arc struct {
 	Enabled bool `json:"enabled"`
 }

@@ -198,7 +198,7 @@ var UpstreamKeys = []UpstreamKey{
 
 const (
 	arcDid = "registers the machine with Azure Arc"
-	arcNot = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
+	arcNot = "aks-flex-node does not register hosts with Azure Arc: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
 	// routeProtoNote is the README's word on the protocol number; the
 	// number itself is internal/network's RouteProtocol.
 	routeProtoNote = "proto 217"
