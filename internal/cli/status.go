@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
@@ -52,13 +53,18 @@ config selects the default layout, and says so on stderr.`,
 				return fmt.Errorf("status: %w", err)
 			}
 			network := readNodeNetwork(l, sides)
+			mach, err := readMachineRegistration(l)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					*agentupgrade.Status
-					Repairs []state.Repair `json:"repairs"`
-					Node    *state.Sides   `json:"node"`
-					Network nodeNetwork    `json:"network"`
-				}{s, repairs, sides, network})
+					Repairs []state.Repair     `json:"repairs"`
+					Node    *state.Sides       `json:"node"`
+					Network nodeNetwork        `json:"network"`
+					Machine *machineapi.Record `json:"aksMachine"`
+				}{s, repairs, sides, network, mach})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "agent:      %s (version %s)\n", s.AgentBinary, orNone(s.CurrentVersion))
@@ -97,6 +103,7 @@ config selects the default layout, and says so on stderr.`,
 			printRepairs(w, repairs)
 			printSides(w, l.Machines(), sides)
 			printNetwork(w, network)
+			printMachine(w, mach)
 			return nil
 		},
 	}

@@ -69,3 +69,30 @@ func TestStatusSaysTheNodeWaitsForTheClusterCNI(t *testing.T) {
 		t.Errorf("status json: %v %+v\n%s", err, got.Network, out)
 	}
 }
+
+// status says whether the node is registered as its AKS Machine, from
+// what start recorded, and says there is none without a target cluster.
+func TestStatusSaysWhetherTheAKSMachineIsRegistered(t *testing.T) {
+	root := t.TempDir()
+	out, _, _ := run(t, "status", "--root", root)
+	if !strings.Contains(out, "machine:    no AKS Machine (azure.targetCluster.resourceId is not set)\n") {
+		t.Errorf("status without a record:\n%s", out)
+	}
+	stateDir := filepath.Join(root, "var/lib/aks-flex-node")
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const id = "/subscriptions/6f1a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1/agentPools/aksflexnodes/machines/edge-01"
+	rec := `{"resourceId":"` + id + `","error":"GET ` + id + `: 403 Forbidden: AuthorizationFailed: no role","code":"AuthorizationFailed","at":"2026-12-06T04:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(stateDir, "machine-registration.json"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = run(t, "status", "--root", root)
+	if !strings.Contains(out, "machine:    AKS Machine "+id+" NOT registered: GET "+id+": 403 Forbidden: AuthorizationFailed") {
+		t.Errorf("status after an optional registration failed:\n%s", out)
+	}
+	out, _, _ = run(t, "status", "--root", root, "-o", "json")
+	if !strings.Contains(out, `"code": "AuthorizationFailed"`) {
+		t.Errorf("status -o json:\n%s", out)
+	}
+}

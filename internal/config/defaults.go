@@ -24,6 +24,12 @@ const (
 	DefaultKubeletVerbosity         = 2
 	DefaultImageGCHighThreshold     = 85
 	DefaultImageGCLowThreshold      = 80
+	// DefaultMachineAPIVersion is the AKS machine API's api-version:
+	// the preview version upstream AKS Flex Node's machine client
+	// speaks (armcontainerservice v8 beta).
+	DefaultMachineAPIVersion = "2025-10-02-preview"
+	// DefaultTargetAgentPoolName is upstream's pool of flex nodes.
+	DefaultTargetAgentPoolName = "aksflexnodes"
 )
 
 // Hostname is how the default node name is found; tests replace it.
@@ -42,6 +48,10 @@ func ApplyDefaults(c *Config) {
 		}
 	}
 	setStr(&c.Azure.Cloud, DefaultCloud)
+	if c.Azure.ARM() {
+		setStr(&c.Azure.TargetAgentPoolName, DefaultTargetAgentPoolName)
+		setStr(&c.Azure.MachineAPIVersion, DefaultMachineAPIVersion)
+	}
 	setStr(&c.Agent.LogLevel, DefaultLogLevel)
 	setStr(&c.Agent.LogDir, layout.DefaultLogDir)
 	setStr(&c.Agent.MachineReconcileInterval, DefaultMachineReconcileInterval)

@@ -30,13 +30,26 @@ type Config struct {
 // product's schema.
 func (c *Config) Notes() []string { return c.notes }
 
-// Azure holds only keys some code reads. Upstream's ARM keys
-// (subscriptionId, resourceManagerEndpoint, targetAgentPoolName,
-// targetCluster) are refused by name in upstream.go: nothing here talks
-// to Azure Resource Manager.
+// Azure holds the node's Azure identity and, with TargetCluster, where
+// its AKS Machine lives in Azure Resource Manager (upstream's keys, at
+// upstream's paths).
 type Azure struct {
-	TenantID string `json:"tenantId,omitempty"`
-	Cloud    string `json:"cloud,omitempty"`
+	// SubscriptionID is the subscription of the cluster; when set it must
+	// be the one targetCluster.resourceId names.
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	TenantID       string `json:"tenantId,omitempty"`
+	Cloud          string `json:"cloud,omitempty"`
+	// ResourceManagerEndpoint is the ARM endpoint (https); empty takes
+	// azure.cloud's.
+	ResourceManagerEndpoint string `json:"resourceManagerEndpoint,omitempty"`
+	// TargetCluster, with its resourceId, makes the node register and
+	// follow an AKS Machine; absent, nothing talks to ARM.
+	TargetCluster *TargetCluster `json:"targetCluster,omitempty"`
+	// TargetAgentPoolName is the agent pool holding the node's Machine.
+	TargetAgentPoolName string `json:"targetAgentPoolName,omitempty"`
+	// MachineAPIVersion is the api-version of the AKS machine API calls;
+	// empty takes DefaultMachineAPIVersion.
+	MachineAPIVersion string `json:"machineApiVersion,omitempty"`
 	// AuthorityHost is the Microsoft Entra authority a service principal
 	// signs in at, for sovereign and private clouds; empty takes the
 	// authority of Cloud.
@@ -45,6 +58,15 @@ type Azure struct {
 	ManagedIdentity  *ManagedIdentity  `json:"managedIdentity,omitempty"`
 	ServicePrincipal *ServicePrincipal `json:"servicePrincipal,omitempty"`
 	Arc              *Arc              `json:"arc,omitempty"`
+}
+
+// TargetCluster is the AKS cluster in ARM.
+type TargetCluster struct {
+	// ResourceID is the cluster's ARM ID:
+	// /subscriptions/<guid>/resourceGroups/<rg>/providers/Microsoft.ContainerService/managedClusters/<name>.
+	ResourceID string `json:"resourceId,omitempty"`
+	// Location is the cluster's region (informational here, as upstream).
+	Location string `json:"location,omitempty"`
 }
 
 type BootstrapToken struct {
@@ -69,7 +91,7 @@ type ServicePrincipal struct {
 // Arc, when enabled, takes the identity of the Azure Arc agent already
 // connected on the host (its local identity endpoint). Upstream's Arc
 // registration keys (machineName, resourceGroup, location, tags) are
-// refused by name in upstream.go: aks-flex-node registers no machine.
+// refused by name in upstream.go: aks-flex-node registers no host with Arc.
 type Arc struct {
 	Enabled bool `json:"enabled"`
 }
@@ -86,6 +108,10 @@ type Agent struct {
 	// HostPrefix is the declared install prefix. Empty selects the classic
 	// /usr/local layout; it is never inferred from the host.
 	HostPrefix string `json:"hostPrefix"`
+	// RequireMachineRegistration makes a failed AKS Machine registration
+	// refuse start (nothing on the host changed); false joins with a
+	// warning, as upstream does.
+	RequireMachineRegistration bool `json:"requireMachineRegistration"`
 }
 
 type Components struct {

@@ -88,8 +88,7 @@ func (k UpstreamKey) note() string {
 }
 
 const (
-	noARM      = "aks-flex-node does not talk to Azure Resource Manager: the cluster comes from node.kubelet.clusterFQDN and caCertData"
-	noMachine  = "aks-flex-node keeps no AKS machine resource"
+	noMachine  = "aks-flex-node reads the AKS Machine from ARM only (azure.targetCluster.resourceId)"
 	oldSchema  = " in upstream AKS Flex Node's pre-RP schema (ignored there since)"
 	noKubelet  = "aks-flex-node does not set it; the kubelet's own default applies"
 	fixedPaths = "aks-flex-node fixes these paths (agent.hostPrefix chooses the install prefix)"
@@ -98,17 +97,18 @@ const (
 // UpstreamKeys is the table, in the reference page's order.
 var UpstreamKeys = []UpstreamKey{
 	// azure
-	{Key: "azure.subscriptionId", Outcome: Refused, Did: "names the subscription of the AKS machine resources registered in ARM", Not: noARM, DropWhen: DropAlways, Sample: `"00000000-0000-0000-0000-000000000001"`},
+	{Key: "azure.subscriptionId", Outcome: Implemented, Here: "the cluster's subscription: when set, it must be the one azure.targetCluster.resourceId names", Sample: `"00000000-0000-0000-0000-000000000001"`},
 	{Key: "azure.tenantId", Outcome: Implemented, Here: "also the service principal's tenant when azure.servicePrincipal.tenantId is empty (upstream requires that one)", Sample: `"00000000-0000-0000-0000-000000000002"`},
-	{Key: "azure.cloud", Outcome: Implemented, Here: "AzurePublicCloud (default), AzureChinaCloud, AzureUSGovernmentCloud: chooses the Entra authority; upstream derives the ARM endpoint from it", Sample: `"AzureChinaCloud"`},
+	{Key: "azure.cloud", Outcome: Implemented, Here: "AzurePublicCloud (default), AzureChinaCloud, AzureUSGovernmentCloud: chooses the Entra authority and, unless azure.resourceManagerEndpoint is set, the ARM endpoint and token audience", Sample: `"AzureChinaCloud"`},
 	{Key: "azure.cloud", Value: "AzureUSGovernment", Outcome: Mapped, To: "azure.cloud", ToValue: "AzureUSGovernmentCloud", Sample: `"AzureUSGovernment"`, SampleTo: "AzureUSGovernmentCloud"},
 	{Key: "azure.cloud", Value: "AzureGovernmentCloud", Outcome: Mapped, To: "azure.cloud", ToValue: "AzureUSGovernmentCloud", Sample: `"AzureGovernmentCloud"`, SampleTo: "AzureUSGovernmentCloud"},
-	{Key: "azure.resourceManagerEndpoint", Outcome: Refused, Did: "is the ARM endpoint of the machine client", Not: noARM, DropWhen: DropAlways, Sample: `"https://management.azure.com"`},
-	{Key: "azure.targetAgentPoolName", Outcome: Refused, Did: "names the AKS agent pool that holds the machine resource", Not: noMachine, DropWhen: DropAlways, Sample: `"aksflexnodes"`},
-	{Key: "azure.targetCluster.resourceId", Outcome: Refused, Did: "is the cluster's ARM ID, which the machine client reads the cluster from", Not: noARM, DropWhen: DropAlways, Sample: `"/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"`},
-	{Key: "azure.targetCluster.location", Outcome: Refused, Did: "is the cluster's region (the old schema's Arc and node resource group default)", Not: noARM, DropWhen: DropAlways, Sample: `"eastus"`},
+	{Key: "azure.resourceManagerEndpoint", Outcome: Implemented, Here: "the machine client's ARM endpoint: https://host[:port], no path; empty takes azure.cloud's. The token audience follows upstream's rule (the public, US Government and China endpoints have their management.core audiences; any other endpoint is its own audience)", Sample: `"https://management.azure.com"`},
+	{Key: "azure.targetAgentPoolName", Outcome: Implemented, Here: "the agent pool holding the node's AKS Machine (default aksflexnodes, upstream's pool, when azure.targetCluster.resourceId is set)", Sample: `"aksflexnodes"`},
+	{Key: "azure.targetCluster.resourceId", Outcome: Implemented, Here: "the cluster's ARM ID; set, start registers the node as the AKS Machine <resourceId>/agentPools/<targetAgentPoolName>/machines/<agent.nodeName> with the Azure identity (next to a bootstrap token for the kubelet if one is set); absent, nothing talks to ARM", Sample: `"/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"`},
+	{Key: "azure.targetCluster.location", Outcome: Implemented, Here: "the cluster's region; checked for form, informational", Sample: `"eastus"`},
+	{Key: "azure.machineApiVersion", Outcome: Ours, Here: "the api-version of the AKS machine API calls (default " + DefaultMachineAPIVersion + ", the preview version upstream's machine client speaks); YYYY-MM-DD[-preview]", Sample: `"2025-10-02-preview"`},
 	{Key: "azure.authorityHost", Outcome: Ours, Here: "the Entra authority for sovereign and private clouds", Sample: `"https://login.microsoftonline.us/"`},
-	{Key: "azure.bootstrapToken.token", Outcome: Implemented, Here: "never combined with an Azure identity here (upstream uses the identity to register the machine resource)", Sample: `"abcdef.0123456789abcdef"`},
+	{Key: "azure.bootstrapToken.token", Outcome: Implemented, Here: "next to one Azure identity only with azure.targetCluster.resourceId, as upstream: the token joins the kubelet, the identity registers the AKS Machine", Sample: `"abcdef.0123456789abcdef"`},
 	{Key: "azure.managedIdentity.clientId", Outcome: Implemented, Sample: `"00000000-0000-0000-0000-000000000003"`},
 	{Key: "azure.servicePrincipal.tenantId", Outcome: Implemented, Here: "defaults to azure.tenantId", Sample: `"00000000-0000-0000-0000-000000000002"`},
 	{Key: "azure.servicePrincipal.clientId", Outcome: Implemented, Sample: `"00000000-0000-0000-0000-000000000004"`},
@@ -129,7 +129,7 @@ var UpstreamKeys = []UpstreamKey{
 	{Key: "agent.hostPrefix", Outcome: Ours, Here: "the install prefix; `config migrate --host-prefix` sets it", Sample: `"/opt/aks-flex-node"`},
 	{Key: "agent.machineClient.mode", Outcome: Refused, Did: "chooses how the agent reads the AKS machine resource (arm, in-cluster or e2e)", Not: noMachine, Sample: `"in-cluster"`},
 	{Key: "agent.machineClient.endpointUrl", Outcome: Refused, Did: "is the endpoint the machine client reads the AKS machine resource from", Not: noMachine, Sample: `"https://proxy.example.test"`},
-	{Key: "agent.requireMachineRegistration", Outcome: Refused, Did: "fails bootstrap when the AKS machine resource cannot be registered", Not: noMachine, DropWhen: `false`, Sample: `true`},
+	{Key: "agent.requireMachineRegistration", Outcome: Implemented, Here: "true: a failed AKS Machine registration refuses start before anything on the host changes; false (default, as upstream): the node joins and start warns. Needs azure.targetCluster.resourceId", Sample: `false`},
 	{Key: "agent.machineOperationMode", Outcome: Refused, Did: "handles Machina MachineOperation resources (reboot, repave) when auto", Not: "aks-flex-node does not", DropWhen: `"disable"`, Sample: `"auto"`},
 	{Key: "agent.e2eMode", Outcome: Refused, Did: "reads the AKS machine resource from a local file (for tests)" + oldSchema, Not: noMachine, DropWhen: `false`, Sample: `true`},
 	{Key: "agent.enableDriftDetectionAndRemediation", Outcome: Refused, Did: "detects Kubernetes version drift and repaves the node" + oldSchema, Not: "aks-flex-node upgrades only when told (agent-upgrade)", DropWhen: `false`, Sample: `true`},
@@ -198,7 +198,7 @@ var UpstreamKeys = []UpstreamKey{
 
 const (
 	arcDid = "registers the machine with Azure Arc"
-	arcNot = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
+	arcNot = "aks-flex-node does not register hosts with Azure Arc: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
 	// routeProtoNote is the reference page's word on the protocol number; the
 	// number itself is internal/network's RouteProtocol.
 	routeProtoNote = "proto 217"

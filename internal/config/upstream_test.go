@@ -254,12 +254,12 @@ func TestMigrateLeavesOurConfigsByteIdentical(t *testing.T) {
 }
 
 func TestMigrateRedactsAndMarksSecrets(t *testing.T) {
-	doc := []byte(`{"azure": {"subscriptionId": "x", "servicePrincipal": {"clientId": "c", "clientSecret": "hunter2-secret"}}}`)
+	doc := []byte(`{"azure": {"servicePrincipal": {"clientId": "c", "clientSecret": "hunter2-secret"}}, "npd": {"version": "x"}}`)
 	m, err := Migrate(doc, MigrateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !m.Secret || strings.Contains(m.Diff("a", "b"), "hunter2") || !strings.Contains(m.Diff("a", "b"), `-    "subscriptionId": "x",`) {
+	if !m.Secret || strings.Contains(m.Diff("a", "b"), "hunter2") || !strings.Contains(m.Diff("a", "b"), `-    "version": "x"`) {
 		t.Errorf("secret %v, diff:\n%s", m.Secret, m.Diff("a", "b"))
 	}
 	if !strings.Contains(string(m.Output), "hunter2-secret") {

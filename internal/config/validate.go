@@ -65,6 +65,7 @@ func Validate(c *Config) ValidationErrors {
 	methods := azureMethods(&c.Azure)
 	v.azureIdentities(&c.Azure)
 	v.azureAuth(&c.Azure, methods)
+	v.arm(c)
 	v.agent(c)
 	v.components(&c.Components)
 	v.bootstrap(&c.Bootstrap)
@@ -172,17 +173,17 @@ func (v *validator) servicePrincipal(a *Azure, sp *ServicePrincipal) {
 	}
 }
 
-// azureAuth checks that exactly one way to join is set. A bootstrap token
-// next to an Azure identity would never be used (the kubelet takes the
-// identity), so the two are not combined.
+// azureAuth checks that exactly one way to join is set, or, with AKS
+// Machine registration, a bootstrap token for the kubelet next to one
+// Azure identity for ARM (upstream's recommended pair).
 func (v *validator) azureAuth(a *Azure, methods []string) {
 	switch {
 	case len(methods) == 0:
 		v.add("azure", "no authentication method: set one of azure.bootstrapToken, azure.managedIdentity, azure.servicePrincipal or azure.arc")
+	case len(methods) == 2 && methods[0] == "azure.bootstrapToken" && a.ARM():
+		// The token joins the kubelet; the identity registers the Machine.
 	case len(methods) > 1 && methods[0] == "azure.bootstrapToken":
-		// Upstream allows this pair: the identity registers the AKS
-		// machine resource and the token joins the kubelet.
-		v.add("azure", "exactly one authentication method may be set, found %s; upstream AKS Flex Node uses the identity next to a bootstrap token only to register the AKS machine resource, which aks-flex-node does not do: keep one", strings.Join(methods, ", "))
+		v.add("azure", "exactly one authentication method may be set, found %s; an Azure identity next to a bootstrap token is used only to register the AKS Machine: set azure.targetCluster.resourceId, or keep one", strings.Join(methods, ", "))
 	case len(methods) > 1:
 		v.add("azure", "exactly one authentication method may be set, found %s", strings.Join(methods, ", "))
 	}

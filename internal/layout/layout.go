@@ -224,6 +224,10 @@ func (l Layout) JoinedMarker() string { return stateDir + "/" + JoinedMarkerName
 // reset reads to remove only what the node added.
 func (l Layout) HostNetworkRecord() string { return stateDir + "/host-network.json" }
 
+// MachineRegistration is the host path of what start's AKS Machine
+// registration did (internal/machineapi's Record), for status and debug.
+func (l Layout) MachineRegistration() string { return stateDir + "/machine-registration.json" }
+
 // IdentityDir holds what the kubelet's credential plugin reads inside the
 // machine (the identity resolved from the config, its secrets included)
 // and the token cache it shares with the host; start binds it into the

@@ -15,6 +15,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
@@ -48,6 +49,9 @@ type Options struct {
 	// Lock is how long to wait for the node lock when another command
 	// holds it, and whom to tell; the zero value fails at once.
 	Lock nodelock.Wait
+	// MachineClient makes the AKS Machine's client (register-machine);
+	// nil is DefaultMachineClient.
+	MachineClient MachineClientFunc
 }
 
 func (o *Options) setDefaults() {
@@ -62,6 +66,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.MachineClient == nil {
+		o.MachineClient = DefaultMachineClient(o.Layout.Root())
 	}
 }
 
@@ -134,8 +141,12 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 	nodeSums := task.NewOutput[map[string]string]("write-node-config")
 	nspawnFiles := task.NewOutput[bool]("write-nspawn-files")
 	chosen := task.NewOutput[ImageChoice]("provision-machine")
+	registration := task.NewOutput[machineapi.Record]("register-machine")
 	nspawnOpts := machine.Options{AdditionalHostDevices: c.Bootstrap.AdditionalHostDevices, CgroupMode: cgroupMode, Binds: IdentityBinds(s.opts.Layout, c)}
 	return []task.Phase{
+		{Name: "register", Tasks: []task.Task{
+			RegisterMachine(c, s.opts.MachineClient, registration, s.warnf, s.opts.Now),
+		}},
 		{Name: "stage", Tasks: []task.Task{
 			StageNodeComponents(s.stager, staged),
 		}},
@@ -165,6 +176,7 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, nodeSums),
 			InstallAgentService(h, s.opts.Log),
+			RecordMachineRegistration(h, registration),
 			WriteJoinedMarker(h, c.Agent.NodeName),
 		}},
 	}
@@ -246,6 +258,12 @@ func (s *Start) nodeProgress(state string) {
 		return
 	}
 	s.progressf("  %s", state)
+}
+
+// warnf is a warning: a progress line and a log line.
+func (s *Start) warnf(format string, args ...any) {
+	s.opts.Log.Warn(fmt.Sprintf(format, args...))
+	s.progressf(format, args...)
 }
 
 func (s *Start) progressf(format string, args ...any) {

@@ -29,11 +29,12 @@ func TestStartAndResetTaskNames(t *testing.T) {
 		got = append(got, p.Name+": "+strings.Join(p.Names(), ","))
 	}
 	want := []string{
+		"register: register-machine",
 		"stage: stage-node-components",
 		"host: create-layout-dirs,load-kernel-modules,apply-sysctls,disable-swap,record-host-network,apply-host-routes",
 		"machine: provision-machine,install-node-components,seed-agent-slots,write-identity,write-nspawn-files,write-node-config,start-machine,import-images",
 		"join: wait-tls-bootstrap,write-pod-network,wait-node-ready",
-		"finish: save-state,install-agent-service,write-joined-marker",
+		"finish: save-state,install-agent-service,record-machine-registration,write-joined-marker",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("start phases:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

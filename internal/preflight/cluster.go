@@ -15,6 +15,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
@@ -211,6 +212,14 @@ func nodeNameCheck(e *Env) Check {
 	name := e.Config.Agent.NodeName
 	return NewCheck(NameNodeName, fmt.Sprintf("agent.nodeName %s", name), func(ctx context.Context) Result {
 		valid := fmt.Sprintf("%s is a valid DNS-1123 name", name)
+		if e.Config.Azure.ARM() {
+			// It names the AKS Machine too, whose rule is narrower.
+			if err := machineapi.CheckMachineName(name); err != nil {
+				return Error(fmt.Sprintf("set agent.nodeName in %s to at most %d characters without dots", e.configFile(), machineapi.MaxMachineNameLength),
+					"%v (azure.targetCluster.resourceId is set, so the node registers as that AKS Machine)", err)
+			}
+			valid += " and AKS Machine name"
+		}
 		token, ok := e.readCredential(ctx)
 		switch {
 		case e.serverURL() == "":

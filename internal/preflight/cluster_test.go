@@ -229,3 +229,18 @@ func TestNodeName(t *testing.T) {
 	wrong := hostFor(t, srv, newCA(t).certPEM)
 	want(t, wrong.run(NameNodeName), SeverityOK, "cannot tell")
 }
+
+// With a target cluster the node name is also the AKS Machine's name:
+// at most 40 characters, no dots, refused with the key to change.
+func TestNodeNameIsAnAKSMachineName(t *testing.T) {
+	for _, bad := range []string{"node-1.site.example", strings.Repeat("n", 41)} {
+		h := newHost(t)
+		h.cfg["agent"] = map[string]any{"nodeName": bad}
+		h.cfg["azure"].(map[string]any)["targetCluster"] = map[string]any{"resourceId": "/subscriptions/6f1a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c1"}
+		want(t, h.run(NameNodeName), SeverityError, "agent.nodeName", bad, "AKS Machine")
+	}
+	// Without one, a dotted name is a valid Node name.
+	h := newHost(t)
+	h.cfg["agent"] = map[string]any{"nodeName": "node-1.site.example"}
+	want(t, h.run(NameNodeName), SeverityOK, "valid DNS-1123 name")
+}
