@@ -97,8 +97,10 @@ func (c *collector) hostFiles(context.Context) error {
 		member, path string
 		want         bool // listed as missing when absent
 	}
+	if err := c.addConfig("host/config.json"); err != nil {
+		return err
+	}
 	files := []hostFile{
-		{"host/config.json", l.ConfigFile(), true},
 		{"host/os-release", "/etc/os-release", true},
 		{"host/mounts", "/proc/self/mountinfo", true},
 		{"host/meminfo", "/proc/meminfo", true},
