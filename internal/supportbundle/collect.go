@@ -65,11 +65,7 @@ func tail(b []byte, max int64) []byte {
 	if int64(len(b)) <= max {
 		return b
 	}
-	b = b[int64(len(b))-max:]
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return append([]byte(fmt.Sprintf("[aks-flex-node: cut to its last %d bytes]\n", max)), b...)
+	return cutMarked(b[int64(len(b))-max:], max)
 }
 
 // addHostFile adds the host's regular file hostPath (never a link's

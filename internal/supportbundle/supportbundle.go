@@ -54,6 +54,11 @@ type Options struct {
 	// Exec runs journalctl, ip, nft, systemctl, machinectl, nsenter; nil
 	// runs them.
 	Exec hostos.Runner
+	// Stream runs journalctl (and nsenter for a running machine's), its
+	// output kept in a buffer of JournalMax bytes as it comes; nil
+	// streams with os/exec, unless Exec is set (then Exec runs them and
+	// its whole output is cut).
+	Stream Streamer
 	// Reports that the command line composes (as `preflight --output
 	// json` and `host inspect --output json` do); nil leaves them out.
 	Preflight   func(ctx context.Context) (any, error)
