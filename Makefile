@@ -4,12 +4,12 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BUILD_TIME ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-PKG := github.com/Azure/aks-flex-node/internal/buildinfo
-LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).GitCommit=$(COMMIT) -X $(PKG).BuildTime=$(BUILD_TIME)
+BUILDINFO := github.com/Azure/aks-flex-node/internal/buildinfo
+LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).GitCommit=$(COMMIT) -X $(BUILDINFO).BuildTime=$(BUILD_TIME)
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
+.PHONY: all build test unit e2e lint fmt docs fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
 
 all: build
 
@@ -40,6 +40,28 @@ test: deps build
 # Unit tests only: no root, no nspawn, no cluster.
 unit:
 	$(GO) test -race -count=1 ./...
+
+# One end-to-end package, or one test in it (docs/testing.md lists them):
+#   make e2e PKG=join RUN='^TestJoin$/^acl$'
+# PKG is a package under test/e2e; RUN, optional, is go test's -run (read
+# with $(value) so its $ anchors reach go test as written). Builds the
+# Kubernetes binaries first (cached), and the 1.34 kubelet for repave.
+E2E_TIMEOUT ?= 45m
+e2e: deps
+	@if [ -z "$(PKG)" ] || [ ! -d "test/e2e/$(PKG)" ]; then \
+		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
+	test/e2e/build-k8s.sh >/dev/null
+	@if [ "$(PKG)" = repave ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
+	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v $(if $(value RUN),-run '$(value RUN)') ./$(PKG)/
+
+# gofmt every tracked Go file in place (make lint only reports).
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+# Rewrite the generated reference pages under docs/reference from the code;
+# go test ./internal/refdocs fails until they match.
+docs:
+	$(GO) run ./internal/refdocs/cmd
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -79,8 +101,8 @@ fuzz:
 DEMO_LOG ?= /tmp/aks-flex-node-demo.log
 demo: deps
 	test/e2e/build-k8s.sh >/dev/null
-	cd test/e2e && { AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_DEMO=1 AKS_FLEX_NODE_SCENARIO=acl KEEP=$(KEEP) \
-		$(GO) test -count=1 -timeout 60m -v -run '^TestJoin$$' ./join/ 2>&1; echo $$? >$(DEMO_LOG).rc; } \
+	cd test/e2e && { AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_DEMO=1 KEEP=$(KEEP) \
+		$(GO) test -count=1 -timeout 60m -v -run '^TestJoin$$/^acl$$' ./join/ 2>&1; echo $$? >$(DEMO_LOG).rc; } \
 		| tee $(DEMO_LOG) | grep -vE '^(    |=== |--- PASS|PASS$$|ok )' || true
 	@rc=$$(cat $(DEMO_LOG).rc); rm -f $(DEMO_LOG).rc; \
 	if [ "$$rc" = 0 ]; then echo "demo passed (test log: $(DEMO_LOG))"; else echo "demo FAILED (exit $$rc): see $(DEMO_LOG)"; fi; exit $$rc
@@ -93,7 +115,7 @@ demo: deps
 # agent's CPU on the joined node over that long.
 bench-join: deps
 	test/e2e/build-k8s.sh >/dev/null
-	cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_IDLE_SECONDS=$(IDLE_SECONDS) $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$/^(acl|classic)$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
+	cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_IDLE_SECONDS=$(IDLE_SECONDS) $(GO) test -count=1 -timeout 30m -v -run '^TestJoin$$/^(acl|debian)$$' ./join/ | grep -E 'BENCH|start took|task=[a-z-]+ status' | sed -E 's/.*(task=[a-z-]+ status=[a-z]+ changed=[a-z]+ duration=[^ ]+).*/    \1/'
 
 # Repave figures (issue 16): `node upgrade` kube1 (1.34.2) -> kube2
 # (1.35.4) -> kube1 (1.35.4, another worker image) on the ACL-like host

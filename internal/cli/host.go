@@ -31,8 +31,9 @@ in "notes".
 
 It also reports the provisioning payloads the host received: Azure customData
 (--custom-data, default /var/lib/waagent/CustomData, under --root) and the
-IMDS userData (--imds-endpoint, default http://169.254.169.254; "off" skips
-it; not asked with --root). Each is named: Ignition config (with its spec
+IMDS userData (--imds-endpoint, default http://169.254.169.254, asked only
+on an Azure VM, which its SMBIOS chassis asset tag tells; "off" skips it;
+not asked with --root). Each is named: Ignition config (with its spec
 version), shell script, cloud-config, MIME multipart, through base64 and gzip.
 An Ignition config on a host that does not run Ignition (not ACL, Flatcar or
 Fedora CoreOS) is an ERROR naming the file and spec; so is, on ACL, a config
@@ -59,7 +60,7 @@ the defaults of --custom-data and --imds-endpoint.`,
 				src.CustomData = customData
 			}
 			if cmd.Flags().Changed("imds-endpoint") {
-				src.IMDSEndpoint = imds
+				src.AskIMDS(imds)
 			}
 			prov := ignition.Inspect(cmd.Context(), src, r.Family)
 			if output == "json" {
@@ -72,7 +73,7 @@ the defaults of --custom-data and --imds-endpoint.`,
 		},
 	}
 	inspect.Flags().StringVar(&customData, "custom-data", ignition.DefaultCustomDataPath, "host path of the Azure customData file (read under --root)")
-	inspect.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL for the VM's userData, or "off"`)
+	inspect.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL for the VM's userData, or "off" (default: asked only on an Azure VM, told by its SMBIOS chassis asset tag)`)
 	inspect.Flags().StringVar(&root, "root", "/", "root directory of the host tree to inspect")
 	inspect.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	inspect.Flags().BoolVar(&summary, "summary", false, "print one summary line, e.g. \"Azure Container Linux 3.0 (read-only /usr, no package manager)\"")

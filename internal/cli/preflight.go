@@ -54,7 +54,7 @@ reported as warnings with --ignore-preflight-errors.`,
 				src.CustomData = customData
 			}
 			if cmd.Flags().Changed("imds-endpoint") {
-				src.IMDSEndpoint = imds
+				src.AskIMDS(imds)
 			}
 			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
 			lifecycle.NewStart(lifecycle.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
@@ -78,7 +78,7 @@ reported as warnings with --ignore-preflight-errors.`,
 	preflight.AddFlags(cmd.Flags(), &opts)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().StringVar(&customData, "custom-data", ignition.DefaultCustomDataPath, "Azure customData file provisioning-payload reads (env "+ignition.EnvCustomData+")")
-	cmd.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL provisioning-payload asks for userData, or "off" (env `+ignition.EnvIMDSEndpoint+")")
+	cmd.Flags().StringVar(&imds, "imds-endpoint", ignition.DefaultIMDSEndpoint, `IMDS base URL provisioning-payload asks for userData, or "off" (env `+ignition.EnvIMDSEndpoint+"); without either, IMDS is asked only on an Azure VM (its SMBIOS chassis asset tag)")
 	return cmd
 }
 

@@ -9,8 +9,8 @@ import (
 // Users of upstream AKS Flex Node bring its config.json as it is. Every key
 // of upstream's three schema generations has one outcome here, and this
 // table is the single source for the refusal messages, the legacy aliases,
-// `config migrate`, the README's table and the test that each entry
-// behaves as listed.
+// `config migrate`, the table in docs/reference/config.md (rendered by
+// internal/refdocs) and the test that each entry behaves as listed.
 
 // Outcome is what aks-flex-node does with an upstream key.
 type Outcome string
@@ -53,7 +53,7 @@ type UpstreamKey struct {
 	// removes a refused key, because it states what aks-flex-node does
 	// anyway (or DropAlways); "" keeps the key as a refusal.
 	DropWhen string
-	// Here is the README's note on the outcome: a difference, a reason.
+	// Here is the reference page's note on the outcome: a difference, a reason.
 	Here string
 	// Sample is a compact JSON value upstream accepts, for the table test;
 	// SampleTo is what a mapped sample reads as, when not the same.
@@ -95,7 +95,7 @@ const (
 	fixedPaths = "aks-flex-node fixes these paths (agent.hostPrefix chooses the install prefix)"
 )
 
-// UpstreamKeys is the table, in README order.
+// UpstreamKeys is the table, in the reference page's order.
 var UpstreamKeys = []UpstreamKey{
 	// azure
 	{Key: "azure.subscriptionId", Outcome: Refused, Did: "names the subscription of the AKS machine resources registered in ARM", Not: noARM, DropWhen: DropAlways, Sample: `"00000000-0000-0000-0000-000000000001"`},
@@ -199,7 +199,7 @@ var UpstreamKeys = []UpstreamKey{
 const (
 	arcDid = "registers the machine with Azure Arc"
 	arcNot = "aks-flex-node does not register machines: connect the host with azcmagent, then set only azure.arc.enabled to use its identity"
-	// routeProtoNote is the README's word on the protocol number; the
+	// routeProtoNote is the reference page's word on the protocol number; the
 	// number itself is internal/network's RouteProtocol.
 	routeProtoNote = "proto 217"
 	pathsDid       = "relocates a Kubernetes directory" + oldSchema

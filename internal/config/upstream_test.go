@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the README's upstream key table")
+// The table's page, docs/reference/config.md, is rendered from
+// UpstreamKeys by internal/refdocs, whose test fails when it drifts.
 
 // withSample is base plus the entry's sample at its key.
 func withSample(t *testing.T, k UpstreamKey, sample string) map[string]any {
@@ -181,7 +180,7 @@ func schemaKeys(t reflect.Type, prefix string, out *[]string) {
 }
 
 // Every key the schema accepts is in the table as implemented or ours, so
-// the README lists it and no key is accepted without an outcome.
+// docs/reference/config.md lists it and no key is accepted without an outcome.
 func TestSchemaKeysAreInTheTable(t *testing.T) {
 	var keys []string
 	schemaKeys(reflect.TypeOf(Config{}), "", &keys)
@@ -252,71 +251,6 @@ func TestMigrateLeavesOurConfigsByteIdentical(t *testing.T) {
 			t.Errorf("%s: migrate changed an aks-flex-node config: %q", f, m.Changes)
 		}
 	}
-}
-
-// upstreamMarkdown is the README's table, made from UpstreamKeys.
-func upstreamMarkdown() string {
-	var b strings.Builder
-	counts := map[Outcome]int{}
-	b.WriteString("| upstream key | outcome here | notes |\n|---|---|---|\n")
-	for _, k := range UpstreamKeys {
-		counts[k.Outcome]++
-		key := "`" + k.Key + "`"
-		if k.Value != "" {
-			key = "`" + k.Key + ": \"" + k.Value + "\"`"
-		}
-		out, note := string(k.Outcome), k.Here
-		switch k.Outcome {
-		case Mapped:
-			out = "mapped to `" + k.To + "`"
-			if k.Value != "" {
-				out = "mapped to `\"" + k.ToValue + "\"`"
-			}
-		case Refused:
-			note = k.Message()
-			if k.DropWhen == DropAlways {
-				out = "refused; `config migrate` removes it"
-			} else if k.DropWhen != "" {
-				out = "refused; `config migrate` removes `" + k.DropWhen + "`"
-			}
-		}
-		b.WriteString("| " + key + " | " + out + " | " + strings.ReplaceAll(note, "|", "\\|") + " |\n")
-	}
-	var outcomes []string
-	for _, o := range []Outcome{Implemented, Mapped, Refused, Ours} {
-		outcomes = append(outcomes, string(o)+": "+strconv.Itoa(counts[o]))
-	}
-	b.WriteString("\nCounts: " + strings.Join(outcomes, ", ") + ".\n")
-	return b.String()
-}
-
-const (
-	tableBegin = "<!-- upstream-keys: generated from internal/config/upstream.go by `go test ./internal/config -run TestREADMEUpstreamTable -update` -->\n"
-	tableEnd   = "<!-- upstream-keys end -->"
-)
-
-func TestREADMEUpstreamTable(t *testing.T) {
-	const readme = "../../README.md"
-	data, err := os.ReadFile(readme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	i, j := strings.Index(s, tableBegin), strings.Index(s, tableEnd)
-	if i < 0 || j < i {
-		t.Fatalf("README.md has no upstream key table between %q and %q", tableBegin, tableEnd)
-	}
-	want := s[:i+len(tableBegin)] + upstreamMarkdown() + s[j:]
-	if want == s {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(readme, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("README.md's upstream key table differs from UpstreamKeys; run go test ./internal/config -run TestREADMEUpstreamTable -update")
 }
 
 func TestMigrateRedactsAndMarksSecrets(t *testing.T) {

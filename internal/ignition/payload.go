@@ -222,11 +222,22 @@ type Sources struct {
 	// Client is used for IMDS; nil means a client with a 2 s timeout and
 	// no proxy (IMDS must never be asked through one).
 	Client *http.Client
+	// IMDSSkipped says why IMDS is not asked although nobody turned it
+	// off: the host is not an Azure VM. Collect's note and preflight's
+	// line carry it.
+	IMDSSkipped string
 }
 
 // SourcesFromEnv applies EnvCustomData and EnvIMDSEndpoint over the Azure
-// defaults; the CLI's flags then override these.
+// defaults; the CLI's flags then override these. IMDS is asked by default
+// only on an Azure VM (hostos.DetectAzureVM, read locally): elsewhere the
+// link-local address answers nothing and the query would wait out its
+// timeout on every run. An endpoint set in the environment is asked as set.
 func SourcesFromEnv(root string) Sources {
+	return sourcesFromEnv(root, hostos.DetectAzureVM("/"))
+}
+
+func sourcesFromEnv(root string, vm hostos.AzureVM) Sources {
 	s := Sources{Root: root, CustomData: DefaultCustomDataPath, IMDSEndpoint: DefaultIMDSEndpoint}
 	if v := os.Getenv(EnvCustomData); v != "" {
 		s.CustomData = v
@@ -238,7 +249,16 @@ func SourcesFromEnv(root string) Sources {
 		// IMDS describes the running VM, not a tree under --root.
 		s.IMDSEndpoint = IMDSOff
 	}
+	if s.IMDSEndpoint == DefaultIMDSEndpoint && !vm.Azure {
+		s.IMDSEndpoint, s.IMDSSkipped = IMDSOff, "not an Azure VM: "+vm.Evidence
+	}
 	return s
+}
+
+// AskIMDS makes Collect ask IMDS at endpoint, as a flag that names one
+// asks for, whatever the host looks like.
+func (s *Sources) AskIMDS(endpoint string) {
+	s.IMDSEndpoint, s.IMDSSkipped = endpoint, ""
 }
 
 // Found is what Collect found.
@@ -269,6 +289,10 @@ func (s Sources) Collect(ctx context.Context) Found {
 		f.Payloads = append(f.Payloads, Classify(cd, data))
 	}
 
+	if s.IMDSSkipped != "" {
+		f.Notes = append(f.Notes, "IMDS userData: not queried ("+s.IMDSSkipped+")")
+		return f
+	}
 	if s.IMDSEndpoint == "" || s.IMDSEndpoint == IMDSOff {
 		f.Notes = append(f.Notes, "IMDS userData: not queried (disabled)")
 		return f

@@ -257,17 +257,39 @@ func (dropHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func TestSourcesFromEnv(t *testing.T) {
+	azure := hostos.AzureVM{Azure: true, Evidence: "tag"}
 	t.Setenv(EnvIMDSEndpoint, "")
 	t.Setenv(EnvCustomData, "")
-	if s := SourcesFromEnv("/"); s.IMDSEndpoint != DefaultIMDSEndpoint || s.CustomData != DefaultCustomDataPath {
+	if s := sourcesFromEnv("/", azure); s.IMDSEndpoint != DefaultIMDSEndpoint || s.CustomData != DefaultCustomDataPath || s.IMDSSkipped != "" {
 		t.Errorf("defaults: %+v", s)
 	}
-	if s := SourcesFromEnv("/some/tree"); s.IMDSEndpoint != IMDSOff {
+	if s := sourcesFromEnv("/some/tree", azure); s.IMDSEndpoint != IMDSOff {
 		t.Errorf("--root elsewhere must not ask IMDS: %+v", s)
 	}
 	t.Setenv(EnvIMDSEndpoint, "http://127.0.0.1:1")
 	t.Setenv(EnvCustomData, "/tmp/cd")
-	if s := SourcesFromEnv("/"); s.IMDSEndpoint != "http://127.0.0.1:1" || s.CustomData != "/tmp/cd" {
+	if s := sourcesFromEnv("/", hostos.AzureVM{}); s.IMDSEndpoint != "http://127.0.0.1:1" || s.CustomData != "/tmp/cd" || s.IMDSSkipped != "" {
 		t.Errorf("env: %+v", s)
+	}
+}
+
+// Issue 27, item 8: a host that is not an Azure VM does not ask IMDS (and
+// so does not wait for it), says why, and still asks where told to.
+func TestIMDSOnlyOnAzureVM(t *testing.T) {
+	t.Setenv(EnvIMDSEndpoint, "")
+	t.Setenv(EnvCustomData, "")
+	s := sourcesFromEnv("/", hostos.AzureVM{Evidence: "/sys/class/dmi/id/chassis_asset_tag absent (no DMI)"})
+	if s.IMDSEndpoint != IMDSOff || !strings.Contains(s.IMDSSkipped, "not an Azure VM: /sys/class/dmi/id/chassis_asset_tag absent") {
+		t.Fatalf("off Azure: %+v", s)
+	}
+	s.Root = t.TempDir()
+	f := s.Collect(context.Background())
+	if len(f.Notes) != 2 || !strings.Contains(f.Notes[1], "IMDS userData: not queried (not an Azure VM") {
+		t.Errorf("notes: %q", f.Notes)
+	}
+	srv, hits := fakeIMDS(t, readTestdata(t, "handwritten-usr.ign"))
+	s.AskIMDS(srv.URL)
+	if f := s.Collect(context.Background()); *hits != 1 || len(f.Payloads) != 1 {
+		t.Errorf("an endpoint asked for by flag is asked: hits %d, %+v", *hits, f)
 	}
 }

@@ -18,7 +18,7 @@ const SpecSchemaVersion = 1
 
 // Spec is the input of `image build`: which archive, which packages, and
 // what the builder does to the tree besides unpacking them. Its format is
-// in README.md ("Worker images"); examples/worker-image/bookworm.json is
+// in docs/guide/worker-images.md; examples/worker-image/bookworm.json is
 // the default worker image's.
 type Spec struct {
 	SchemaVersion int    `json:"schemaVersion"`

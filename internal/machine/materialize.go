@@ -18,7 +18,7 @@ import (
 
 // A machine rootfs is made from cached layers (layercache.go) without
 // decompressing anything. How, measured on this project's Debian worker
-// image (6,000 entries, 144 MB; docs in README "Worker images"):
+// image (6,000 entries, 144 MB; docs/guide/worker-images.md):
 //
 //   - reflink (FICLONE), where the file system has it (btrfs, XFS): every
 //     file is its own copy-on-write clone, sharing blocks with the cache;

@@ -1,4 +1,4 @@
-// Package nodelock owns the node lock (DESIGN.md decision 8): one flock(2)
+// Package nodelock owns the node lock (docs/design.md, decision 8): one flock(2)
 // on a file in the layout's state dir, held by every command and agent
 // loop that changes the node (start, reset, agent-upgrade, the agent's
 // keep-machine loop; repave and drift repair when they come), so that no

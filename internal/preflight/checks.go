@@ -78,8 +78,9 @@ var StartNames = append(append([]string(nil), DefaultNames...), NameAgentBinary,
 
 // explicitIgnoreOnly are checks that `all` in --ignore-preflight-errors
 // does not make non-fatal; naming one does. Ignoring one cannot make start
-// succeed, only move its failure after the node joined (DESIGN: refuse up
-// front, never fail after join), so a blanket `all` must not sweep it.
+// succeed, only move its failure after the node joined (docs/design.md,
+// decision 4: refuse up front, never fail after join), so a blanket `all`
+// must not sweep it.
 var explicitIgnoreOnly = map[string]bool{NameAgentBinary: true}
 
 // StartChecks are the checks start's preflight phase runs: Checks, then

@@ -19,7 +19,10 @@ func provisioningPayloadCheck(e *Env) Check {
 		src.Root = e.Root
 	}
 	target := "customData " + orDefault(src.CustomData, ignition.DefaultCustomDataPath)
-	if src.IMDSEndpoint != "" && src.IMDSEndpoint != ignition.IMDSOff {
+	switch {
+	case src.IMDSSkipped != "":
+		target += ", not IMDS (" + src.IMDSSkipped + ")"
+	case src.IMDSEndpoint != "" && src.IMDSEndpoint != ignition.IMDSOff:
 		target += ", IMDS userData at " + src.IMDSEndpoint
 	}
 	return NewCheck(NameProvisioningPayload, target, func(ctx context.Context) Result {
