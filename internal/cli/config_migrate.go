@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
@@ -28,8 +27,9 @@ agent.hostPrefix stays unset unless --host-prefix gives it.
 The report (a unified diff of what changed, secrets redacted, the changes,
 the refused keys, and whether the result loads) goes to standard error, or
 to standard output with --output. The migrated config goes to --output,
-written atomically (mode 0600 when it holds a secret, 0644 otherwise), or
-to standard output. The input is never written unless --output names it.
+written atomically (mode 0600 when it holds a secret, whatever mode a
+file it replaces had; otherwise 0644 or the replaced file's mode), or to
+standard output. The input is never written unless --output names it.
 A config already in this schema comes back byte for byte.
 
 The migrated config is written even when it does not load yet, so that you
@@ -63,13 +63,7 @@ func newConfigMigrateCommand() *cobra.Command {
 			report, dest := cmd.ErrOrStderr(), "(standard output)"
 			if output != "" {
 				report, dest = cmd.OutOrStdout(), output
-				perm := os.FileMode(0o644)
-				if m.Secret {
-					perm = 0o600
-				}
-				// renameio creates the file with perm (less the umask) before
-				// it holds a byte, and replaces an existing file's mode.
-				if err := renameio.WriteFile(output, m.Output, perm); err != nil {
+				if err := writeMigrated(output, m.Output, m.Secret); err != nil {
 					return fmt.Errorf("config migrate: write %s: %w", output, err)
 				}
 			} else if _, err := cmd.OutOrStdout().Write(m.Output); err != nil {
@@ -86,6 +80,26 @@ func newConfigMigrateCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write the migrated config to (default: standard output)")
 	cmd.Flags().StringVar(&hostPrefix, "host-prefix", "", "set agent.hostPrefix (upstream has no such key; it is never guessed)")
 	return cmd
+}
+
+// writeMigrated writes the migrated config atomically. A config that holds
+// a secret is 0600 whatever mode an existing file had: renameio.WriteFile
+// copies an existing file's mode, which would leave a client secret in a
+// file that was 0644. Without a secret an existing file keeps its mode.
+func writeMigrated(output string, data []byte, secret bool) error {
+	if !secret {
+		return renameio.WriteFile(output, data, 0o644)
+	}
+	// Created 0600 before it holds a byte; chmod 0600 regardless of umask.
+	pf, err := renameio.NewPendingFile(output, renameio.WithPermissions(0o600), renameio.WithStaticPermissions(0o600))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pf.Cleanup() }()
+	if _, err := pf.Write(data); err != nil {
+		return err
+	}
+	return pf.CloseAtomicallyReplace()
 }
 
 // writeMigrateReport says what migrate did, what it left, and whether the

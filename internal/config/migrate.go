@@ -82,19 +82,6 @@ func Migrate(data []byte, opts MigrateOptions) (*Migration, error) {
 	return m, nil
 }
 
-// secretPaths hold credentials: a file with one is written 0600 and the
-// diff shows them redacted.
-var secretPaths = []string{"azure.bootstrapToken.token", "azure.servicePrincipal.clientSecret", "agent.kubeconfigData", "node.kubelet.kubeconfigData"}
-
-func holdsSecret(root *jsonNode) bool {
-	for _, p := range secretPaths {
-		if n := lookup(root, p); n != nil && !(n.kind == kindString && n.str == "") && n.kind != kindNull {
-			return true
-		}
-	}
-	return false
-}
-
 // problems loads the output without its refused keys (which Refused
 // already lists), so that everything else wrong shows at once.
 func problems(out []byte, refused []FieldError) []string {
@@ -376,10 +363,8 @@ func (m *Migration) Diff(from, to string) string {
 		if err != nil {
 			return ""
 		}
-		for _, p := range secretPaths {
-			if n := lookup(root, p); n != nil && n.kind == kindString && n.str != "" {
-				n.str = "<redacted>"
-			}
+		for _, n := range secretNodes(root) {
+			*n = jsonNode{kind: kindString, offset: n.offset, str: "<redacted>"}
 		}
 		var b bytes.Buffer
 		writeNode(&b, root, "")

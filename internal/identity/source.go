@@ -37,7 +37,10 @@ func (s *Source) Token(ctx context.Context, resource string) (t Token, fetched b
 	if t, ok := s.Cache.Load(key); ok && s.now().Before(t.RefreshAt()) {
 		return t, false, nil
 	}
-	unlock := s.Cache.lock(key)
+	unlock, err := s.Cache.lock(ctx, key)
+	if err != nil {
+		return Token{}, false, err
+	}
 	defer unlock()
 	// Another process may have fetched while this one waited.
 	if t, ok := s.Cache.Load(key); ok && s.now().Before(t.RefreshAt()) {

@@ -44,6 +44,10 @@ type Options struct {
 	// Log receives one line per step; nil drops them.
 	Log func(string)
 	Now func() time.Time
+	// NotBefore refuses a signed Release dated before it when the build
+	// resolves: the SourceDate of the lock this build replaces, so that a
+	// mirror cannot roll the package set back. Zero checks nothing.
+	NotBefore time.Time
 }
 
 // Result is what Build made.
@@ -119,7 +123,8 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		defer os.RemoveAll(tmp)
 		cache = tmp
 	}
-	m := &deb.Mirror{URL: strings.TrimRight(mirror, "/"), Get: o.Get, CacheDir: cache, Now: o.Now}
+	m := &deb.Mirror{URL: strings.TrimRight(mirror, "/"), Get: o.Get, CacheDir: cache, Now: o.Now,
+		NotBefore: o.NotBefore, MaxAge: time.Duration(o.Spec.MaxReleaseAgeDays) * 24 * time.Hour}
 	lock := o.Lock
 	if lock == nil {
 		var err error

@@ -31,6 +31,10 @@ type Spec struct {
 	Distribution string   `json:"distribution"`
 	Suite        string   `json:"suite"`
 	Components   []string `json:"components"`
+	// MaxReleaseAgeDays bounds the age of the suite's signed Release when
+	// it sets no Valid-Until; 0 is two years. A suite frozen on purpose
+	// (an Ubuntu release pocket) needs more.
+	MaxReleaseAgeDays int `json:"maxReleaseAgeDays,omitempty"`
 	// Mirror is the archive root; empty means --mirror must give one (no
 	// mirror host is written into this repository).
 	Mirror string `json:"mirror,omitempty"`
@@ -112,6 +116,9 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 	}
 	if !suiteRE().MatchString(s.Suite) {
 		bad("suite", "%q is not a suite name like bookworm", s.Suite)
+	}
+	if s.MaxReleaseAgeDays < 0 {
+		bad("maxReleaseAgeDays", "%d is negative (0 is the default, two years)", s.MaxReleaseAgeDays)
 	}
 	if len(s.Components) == 0 {
 		bad("components", "is required (e.g. [\"main\"])")

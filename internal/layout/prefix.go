@@ -68,9 +68,39 @@ func ValidatePrefix(p string) error {
 		return err
 	}
 	for _, root := range forbiddenRoots {
-		if p == root || strings.HasPrefix(p, root+"/") {
+		if under(p, root) {
 			return &PrefixError{Prefix: p, Offset: -1, Reason: fmt.Sprintf("it is under %s, which is not persistent host storage", root)}
 		}
+	}
+	return validateBind(p)
+}
+
+// under reports whether p is dir or inside it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// validateBind refuses a prefix whose lib dir, bound read-only into the
+// machine for the kubelet's credential plugin (the agent binary), would
+// show the machine the host's state (the identity and its secrets) or
+// the machines dir (the other machine's rootfs), and a prefix inside
+// either: the machines dir is where machine images live (a machine could
+// write the host's agent), the state dir is what reset removes.
+func validateBind(p string) error {
+	lib := p + "/lib"
+	instead := "; use a prefix outside /var/lib, such as " + SuggestedPrefix
+	var exposed []string
+	for _, d := range []struct{ dir, what string }{
+		{stateDir, "the agent's state and identity, secrets included"},
+		{machinesDir, "every machine's rootfs, the other machine's too"},
+	} {
+		switch {
+		case under(p, d.dir):
+			return &PrefixError{Prefix: p, Offset: -1, Reason: fmt.Sprintf("it is inside %s (%s), which is no place for the agent's binaries: the machine could reach them, or reset would remove them%s", d.dir, d.what, instead)}
+		case under(d.dir, lib):
+			exposed = append(exposed, fmt.Sprintf("%s (%s)", d.dir, d.what))
+		}
+	}
+	if len(exposed) > 0 {
+		return &PrefixError{Prefix: p, Offset: -1, Reason: fmt.Sprintf("its lib dir %s is bound into the machine (for the kubelet's credential plugin) and holds %s: the machine would see them%s", lib, strings.Join(exposed, " and "), instead)}
 	}
 	return nil
 }

@@ -102,8 +102,39 @@ func (w *Writer) open() error {
 		f.Close()
 		return fmt.Errorf("%s is not a regular file", w.path)
 	}
+	// O_CREATE's mode applies only to a new file: one an older agent or
+	// an admin left 0644 is made 0600 here, and so are its rotated files.
+	if err := tighten(f, fi); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	for i := 1; i <= w.keep; i++ {
+		tightenPath(fmt.Sprintf("%s.%d", w.path, i))
+	}
 	w.f, w.size = f, fi.Size()
 	return nil
+}
+
+// tighten makes an open regular file 0600 when it is anything else.
+func tighten(f *os.File, fi os.FileInfo) error {
+	if fi.Mode().Perm() == 0o600 {
+		return nil
+	}
+	return f.Chmod(0o600)
+}
+
+// tightenPath makes a rotated file 0600, opening it without following a
+// link and without blocking on a pipe; anything but a regular file is
+// left alone (rotation replaces it).
+func tightenPath(p string) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		_ = tighten(f, fi)
+	}
 }
 
 // rotate shifts path.N to path.N+1 (dropping the oldest), path to path.1,

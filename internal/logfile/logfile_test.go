@@ -98,3 +98,36 @@ func TestTee(t *testing.T) {
 		t.Errorf("file: %q", file)
 	}
 }
+
+// Issue 26 item 11: an agent.log (and rotated files) left 0644 by an
+// older agent or an admin is made 0600 when the agent opens it, as the
+// README says: logs can name what a secret was for.
+func TestExistingAgentLog0644Becomes0600(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.log")
+	for _, p := range []string{path, path + ".1"} {
+		if err := os.WriteFile(p, []byte("old line\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := New(path, 1<<20, 2)
+	defer w.Close()
+	if _, err := w.Write([]byte("new line\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + ".1"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %04o after the agent opened its log, want 0600", p, fi.Mode().Perm())
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old line\nnew line\n" {
+		t.Errorf("agent.log = %q: the existing lines must stay", b)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 )
@@ -64,11 +65,7 @@ func tail(b []byte, max int64) []byte {
 	if int64(len(b)) <= max {
 		return b
 	}
-	b = b[int64(len(b))-max:]
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return append([]byte(fmt.Sprintf("[aks-flex-node: cut to its last %d bytes]\n", max)), b...)
+	return cutMarked(b[int64(len(b))-max:], max)
 }
 
 // addHostFile adds the host's regular file hostPath (never a link's
@@ -122,36 +119,58 @@ func (c *collector) addJSON(member, source string, v any, err error) error {
 	return c.a.add(member, source, append(data, '\n'))
 }
 
-// configSecrets are the literal secrets of the host's config: a bootstrap
-// token, a client secret. The config is read leniently: a bundle of a
-// host whose config does not validate is when it is needed most.
+// configSecrets are the literal secrets of the host's config: the value
+// at each path internal/config marks secret (a bootstrap token, a client
+// secret, an embedded kubeconfig), and a token's secret half, so that
+// they are hidden wherever else they appear (a log line, a journal). The
+// config is read leniently: a bundle of a host whose config does not
+// validate is when it is needed most.
 func (c *collector) configSecrets() []string {
 	data, err := readTail(c.o.Layout.OnRoot(c.o.Layout.ConfigFile()))
 	if err != nil {
 		return nil
 	}
+	_, _, out, _ := config.RedactSecrets(data, Redacted)
 	var cfg struct {
 		Azure struct {
 			BootstrapToken *struct {
 				Token string `json:"token"`
 			} `json:"bootstrapToken"`
-			ServicePrincipal *struct {
-				ClientSecret string `json:"clientSecret"`
-			} `json:"servicePrincipal"`
 		} `json:"azure"`
 	}
 	_ = json.Unmarshal(data, &cfg)
-	var out []string
 	if t := cfg.Azure.BootstrapToken; t != nil && t.Token != "" {
-		out = append(out, t.Token)
 		if _, secret, ok := strings.Cut(t.Token, "."); ok {
 			out = append(out, secret)
 		}
 	}
-	if sp := cfg.Azure.ServicePrincipal; sp != nil {
-		out = append(out, sp.ClientSecret)
-	}
 	return out
+}
+
+// addConfig adds the host's config with the value at every secret path
+// replaced, by path: patterns alone miss a base64 kubeconfig. A config
+// that does not parse is left out, with the reason: its secrets cannot
+// be found by path.
+func (c *collector) addConfig(member string) error {
+	p := c.o.Layout.ConfigFile()
+	data, err := readTail(c.o.Layout.OnRoot(p))
+	if err != nil {
+		c.missing(member, err.Error())
+		return nil
+	}
+	red, n, _, err := config.RedactSecrets(data, Redacted)
+	if err != nil {
+		c.missing(member, fmt.Sprintf("%s is %v (or was cut to its last %d bytes), so its secrets cannot be redacted by key; left out", p, err, maxFile))
+		return nil
+	}
+	c.a.red.count += n
+	if err := c.a.add(member, p, red); err != nil {
+		return err
+	}
+	if k := len(c.m.Members) - 1; k >= 0 && c.m.Members[k].Path == member {
+		c.m.Members[k].Redactions += n
+	}
+	return nil
 }
 
 // dirFiles lists the regular files directly in host dir dir, sorted.

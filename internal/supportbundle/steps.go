@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,8 +98,10 @@ func (c *collector) hostFiles(context.Context) error {
 		member, path string
 		want         bool // listed as missing when absent
 	}
+	if err := c.addConfig("host/config.json"); err != nil {
+		return err
+	}
 	files := []hostFile{
-		{"host/config.json", l.ConfigFile(), true},
 		{"host/os-release", "/etc/os-release", true},
 		{"host/mounts", "/proc/self/mountinfo", true},
 		{"host/meminfo", "/proc/meminfo", true},
@@ -240,7 +243,8 @@ func (c *collector) journals(ctx context.Context) error {
 	since := fmt.Sprintf("--since=-%ds", int(c.o.Since.Seconds()))
 	common := []string{"--no-pager", "-o", "short-iso", since}
 	for _, u := range []string{layout.AgentUnitName, layout.FirstBootUnitName, layout.RecoveryUnit, machine.ServiceName(layout.MachineBlue), machine.ServiceName(layout.MachineGreen)} {
-		if err := c.addCommand(ctx, "logs/journal/"+u+".log", c.o.JournalMax, "journalctl", append(common, "-u", u)...); err != nil {
+		args := append(append([]string{}, common...), "-u", u)
+		if err := c.addJournal(ctx, "logs/journal/"+u+".log", "journalctl "+strings.Join(args, " "), "journalctl", args...); err != nil {
 			return err
 		}
 	}
@@ -256,12 +260,7 @@ func (c *collector) journals(ctx context.Context) error {
 		}{{node.ContainerdUnitName, []string{"-u", node.ContainerdUnitName}}, {node.KubeletUnitName, []string{"-u", node.KubeletUnitName}}, {"boot", []string{"-b"}}} {
 			member, sel := "logs/journal/"+m+"/"+j.name+".log", j.sel
 			if st, err := ctl.State(ctx, m); err == nil && st == "active" {
-				out, err := ctl.Exec(ctx, m, append(append([]string{"journalctl"}, common...), sel...)...)
-				if err != nil && len(out) == 0 {
-					c.missing(member, err.Error())
-					continue
-				}
-				if err := c.a.add(member, "journalctl "+strings.Join(sel, " ")+" in machine "+m, tail(out, c.o.JournalMax)); err != nil {
+				if err := c.machineJournal(ctx, ctl, m, member, sel, append(append([]string{"journalctl"}, common...), sel...)); err != nil {
 					return err
 				}
 				continue
@@ -271,10 +270,33 @@ func (c *collector) journals(ctx context.Context) error {
 				c.missing(member, err.Error())
 				continue
 			}
-			if err := c.addCommand(ctx, member, c.o.JournalMax, "journalctl", append(append([]string{"-D", dir}, common...), sel...)...); err != nil {
+			args := append(append([]string{"-D", dir}, common...), sel...)
+			if err := c.addJournal(ctx, member, "journalctl "+strings.Join(args, " "), "journalctl", args...); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// machineJournal adds a running machine's journal, read by its own
+// journalctl inside its namespaces, streamed into a bounded buffer. A
+// caller's Exec without Stream (whole outputs) goes through the machine's
+// Exec as before.
+func (c *collector) machineJournal(ctx context.Context, ctl *machine.Control, m, member string, sel, cmd []string) error {
+	source := "journalctl " + strings.Join(sel, " ") + " in machine " + m
+	if c.o.Stream == nil && c.o.Exec != nil {
+		out, err := ctl.Exec(ctx, m, cmd...)
+		if err != nil && len(out) == 0 {
+			c.missing(member, err.Error())
+			return nil
+		}
+		return c.a.add(member, source, tail(out, c.o.JournalMax))
+	}
+	pid, err := ctl.Leader(ctx, m)
+	if err != nil {
+		c.missing(member, fmt.Sprintf("in machine %s: %v", m, err))
+		return nil
+	}
+	return c.addJournal(ctx, member, source, "nsenter", append([]string{"-t", strconv.Itoa(pid), "-a", "--"}, cmd...)...)
 }

@@ -10,7 +10,11 @@
 // Every member passes through one redactor before it is written: private
 // keys, bootstrap token secrets, bearer tokens and JWTs, the values of
 // keys that name secrets (token, secret, password, client-key-data, ...)
-// and the literal secrets of the host's config. The bundle is written
+// and the literal secrets of the host's config. The host's config itself
+// is redacted by JSON path first: the value at every key internal/config
+// marks secret (config.SecretPaths) is replaced, whatever it looks like
+// (a base64 kubeconfig hides its token and key from every pattern), and
+// a config that does not parse is left out. The bundle is written
 // 0600, whole or not at all, its size capped; on a host that never
 // joined it still collects what there is and says what is missing.
 package supportbundle
@@ -50,6 +54,11 @@ type Options struct {
 	// Exec runs journalctl, ip, nft, systemctl, machinectl, nsenter; nil
 	// runs them.
 	Exec hostos.Runner
+	// Stream runs journalctl (and nsenter for a running machine's), its
+	// output kept in a buffer of JournalMax bytes as it comes; nil
+	// streams with os/exec, unless Exec is set (then Exec runs them and
+	// its whole output is cut).
+	Stream Streamer
 	// Reports that the command line composes (as `preflight --output
 	// json` and `host inspect --output json` do); nil leaves them out.
 	Preflight   func(ctx context.Context) (any, error)

@@ -84,6 +84,37 @@ func VerifyInRelease(name string, data []byte, keyring openpgp.EntityList, now t
 	return r, nil
 }
 
+// DefaultMaxReleaseAge bounds the age of a Release that sets no
+// Valid-Until (Debian's stable suites set none; their Date moves with
+// each point release, a few months apart). A frozen suite (an Ubuntu
+// release pocket) needs a larger Mirror.MaxAge.
+const DefaultMaxReleaseAge = 2 * 365 * 24 * time.Hour
+
+// check refuses a validly signed Release that is not the one asked for:
+// another suite (apt accepts a Release whose Suite or Codename is the
+// name asked for, and refuses it otherwise), or one older than notBefore,
+// or, without Valid-Until, older than maxAge at now. The archive key
+// signs every suite, so a signature alone lets a mirror answer trixie
+// with bookworm, or with a years-old trixie.
+func (r *Release) check(name, suite string, notBefore, now time.Time, maxAge time.Duration) error {
+	if r.Suite != suite && r.Codename != suite {
+		return fmt.Errorf("%s: is the Release of another suite: want Suite or Codename %q, found Suite %q, Codename %q", name, suite, r.Suite, r.Codename)
+	}
+	const day = "2006-01-02 15:04:05 UTC"
+	if !notBefore.IsZero() && r.Date.Before(notBefore) {
+		return fmt.Errorf("%s: is older than the lock it would replace: Date %s, the lock's %s; the mirror serves stale indexes: use another mirror or build with --lock",
+			name, r.Date.Format(day), notBefore.UTC().Format(day))
+	}
+	if maxAge <= 0 {
+		maxAge = DefaultMaxReleaseAge
+	}
+	if r.ValidUntil.IsZero() && now.Sub(r.Date) > maxAge {
+		return fmt.Errorf("%s: is too old: Date %s is more than %d days before %s and it sets no Valid-Until; the mirror serves stale indexes (a suite frozen on purpose takes a larger maxReleaseAgeDays in the image spec)",
+			name, r.Date.Format(day), int(maxAge/(24*time.Hour)), now.UTC().Format(day))
+	}
+	return nil
+}
+
 // verifyAny accepts the block when one of its signatures verifies with
 // a key of keyring; it returns the signing key's fingerprint and first
 // identity.

@@ -36,6 +36,13 @@ type Mirror struct {
 	CacheDir string
 	// Now is the time expiry is judged at; nil is time.Now.
 	Now func() time.Time
+	// NotBefore refuses a Release dated before it: the Date of the lock a
+	// build replaces, so that a mirror cannot roll a build back to older
+	// (signed, but superseded) indexes. Zero checks nothing.
+	NotBefore time.Time
+	// MaxAge bounds the age of a Release that sets no Valid-Until; 0 is
+	// DefaultMaxReleaseAge.
+	MaxAge time.Duration
 }
 
 // maxInRelease bounds the signed Release file (Debian's is about 150 KB).
@@ -65,6 +72,9 @@ func (m *Mirror) Release(ctx context.Context, suite string, keyring openpgp.Enti
 	}
 	r, err := VerifyInRelease(u, data, keyring, m.now())
 	if err != nil {
+		return nil, "", err
+	}
+	if err := r.check(u, suite, m.NotBefore, m.now(), m.MaxAge); err != nil {
 		return nil, "", err
 	}
 	sum := sha256.Sum256(data)

@@ -189,7 +189,9 @@ func sum(b []byte) string {
 // Packages.gz, and the InRelease that signs their hashes.
 func Write(t testing.TB, dir, suite string, key *openpgp.Entity, pkgs []Pkg) *Repo {
 	t.Helper()
-	r := &Repo{Dir: dir, Suite: suite, Component: "main", Arch: "amd64", Date: time.Date(2025, 5, 10, 9, 0, 0, 0, time.UTC)}
+	// Dated yesterday (whole days, so one run's builds agree): a fixed
+	// date would, in time, pass the age bound a Release is judged by.
+	r := &Repo{Dir: dir, Suite: suite, Component: "main", Arch: "amd64", Date: time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)}
 	var index bytes.Buffer
 	sort.Slice(pkgs, func(i, j int) bool { return pkgs[i].Name < pkgs[j].Name })
 	for _, p := range pkgs {
