@@ -86,10 +86,7 @@ func NewRepave(o RepaveOptions, applied state.Applied) *Repave {
 	if o.Image != "" {
 		c.Bootstrap.OCIImage = o.Image
 	}
-	from := applied.Machine
-	if from == "" {
-		from = layout.MachineBlue
-	}
+	from := applied.ActiveMachine()
 	so := o.Options
 	so.Config, so.Machine = &c, o.Layout.OtherMachine(from)
 	r := &Repave{opts: o, applied: applied, start: NewStart(so),
