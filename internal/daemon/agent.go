@@ -50,9 +50,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 			if err != nil {
 				return nil, err
 			}
-			cfg.Timeout = 30 * time.Second
-			cfg.UserAgent = events.Component
-			return kubeclient.NewForConfig(cfg)
+			return kubeclient.New(cfg, kubeclient.AgentLoop)
 		}
 		a.Loops = append(a.Loops, FinishRepave(keeper, nodeClient, c.Agent.NodeName))
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,

@@ -49,8 +49,7 @@ func (o *RepaveOptions) setDefaults() {
 			if err != nil {
 				return nil, err
 			}
-			cfg.Timeout = 15 * time.Second
-			return kubeclient.NewForConfig(cfg)
+			return kubeclient.New(cfg, kubeclient.Drain)
 		}
 	}
 }
