@@ -86,7 +86,7 @@ func TestFinishRepave(t *testing.T) {
 	if n, _ := cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{}); n.Spec.Unschedulable {
 		t.Error("the Node is left cordoned")
 	}
-	repairs, err := state.LastRepairs(dir)
+	repairs, err := state.OpenDir(dir).Repairs()
 	if err != nil || len(repairs) == 0 || repairs[len(repairs)-1].Kind != RepairRepaveInterrupted {
 		t.Errorf("repairs: %+v (%v)", repairs, err)
 	}

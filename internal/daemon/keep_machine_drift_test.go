@@ -127,7 +127,7 @@ func (h *driftHost) inMachine(args string) bool {
 
 func (h *driftHost) repairs(t *testing.T) []string {
 	t.Helper()
-	list, err := state.LastRepairs(h.l.OnRoot(h.l.StateDir()))
+	list, err := state.Open(h.l).Repairs()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,8 +140,8 @@ type Tracker struct {
 	paths map[string]bool
 }
 
-// OpenTracker loads the tracker in dir (empty when absent).
-func OpenTracker(dir string) (*Tracker, error) {
+// openTracker loads the tracker in dir (empty when absent).
+func openTracker(dir string) (*Tracker, error) {
 	t := &Tracker{path: filepath.Join(dir, TrackerFile), paths: map[string]bool{}}
 	var list []string
 	if _, err := fsutil.ReadJSON(t.path, &list); err != nil {

@@ -44,14 +44,14 @@ func TestAppliedRoundTripAndChecksum(t *testing.T) {
 
 func TestTrackerDeepestFirst(t *testing.T) {
 	dir := t.TempDir()
-	tr, err := OpenTracker(dir)
+	tr, err := OpenDir(dir).Tracker()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Add("/a", "/a/b/c", "/a/b"); err != nil {
 		t.Fatal(err)
 	}
-	tr2, err := OpenTracker(dir)
+	tr2, err := OpenDir(dir).Tracker()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,15 @@ func (s Store) Sides() (*Sides, error) { return loadSides(s.dir) }
 // SaveSides records the pair.
 func (s Store) SaveSides(x Sides) error { return saveSides(s.dir, x) }
 
+// RecordRepair records one repair of the agent's (see recordRepair).
+func (s Store) RecordRepair(r Repair) error { return recordRepair(s.dir, r) }
+
+// Repairs are the agent's last repairs, oldest first.
+func (s Store) Repairs() ([]Repair, error) { return lastRepairs(s.dir) }
+
+// Tracker is the install tracker (empty when there is none yet).
+func (s Store) Tracker() (*Tracker, error) { return openTracker(s.dir) }
+
 // ActiveMachine is the machine the node runs in (Applied.ActiveMachine of
 // the stored state). A state that is missing or cannot be read names the
 // first side: the agent's loops and the support bundle must still know
