@@ -27,10 +27,12 @@ var (
 	// the task retries, or gives up and says so, well inside start's
 	// join timeout.
 	Step = Policy{Timeout: 10 * time.Second}
-	// Drain is a repave's calls: listing every Pod on the Node and
-	// evicting each, where the server also consults disruption budgets;
-	// slower than a Step's, and a repave has minutes for its drain.
-	Drain = Policy{Timeout: 15 * time.Second}
+	// Repave is a repave's calls (cordon, drain, wait for the new side's
+	// kubelet, uncordon, the Events on the way). Its drain lists every
+	// Pod on the Node and evicts each, where the server also consults
+	// disruption budgets: slower than a Step's calls, and a repave has
+	// minutes for its drain.
+	Repave = Policy{Timeout: 15 * time.Second}
 	// AgentLoop is the agent's loops: the List of every Node the pod
 	// routes are built from (large in a large cluster), the Node it
 	// keeps, the repave it finishes. A loop that waits longer only

@@ -49,7 +49,7 @@ func TestUserAgentAndPolicyOnEveryRequest(t *testing.T) {
 	if got := fmt.Sprintf("%q", buildinfo.UserAgent()); got != ua {
 		t.Fatalf("buildinfo.UserAgent() = %s, want %s", got, ua)
 	}
-	for name, p := range map[string]Policy{"EventWrite": EventWrite, "Step": Step, "Drain": Drain, "AgentLoop": AgentLoop} {
+	for name, p := range map[string]Policy{"EventWrite": EventWrite, "Step": Step, "Repave": Repave, "AgentLoop": AgentLoop} {
 		t.Run(name, func(t *testing.T) {
 			a := &agentServer{}
 			s := httptest.NewServer(a)
@@ -105,7 +105,7 @@ func TestUserAgentAndPolicyOnEveryRequest(t *testing.T) {
 // for the same bound by accident.
 func TestPoliciesAreDistinctAndBounded(t *testing.T) {
 	seen := map[time.Duration]string{}
-	for name, p := range map[string]Policy{"EventWrite": EventWrite, "Step": Step, "Drain": Drain, "AgentLoop": AgentLoop} {
+	for name, p := range map[string]Policy{"EventWrite": EventWrite, "Step": Step, "Repave": Repave, "AgentLoop": AgentLoop} {
 		if p.Timeout <= 0 || p.Timeout > time.Minute {
 			t.Errorf("%s: timeout %s, want within (0, 1m]", name, p.Timeout)
 		}

@@ -49,7 +49,7 @@ func (o *RepaveOptions) setDefaults() {
 			if err != nil {
 				return nil, err
 			}
-			return kubeclient.New(cfg, kubeclient.Drain)
+			return kubeclient.New(cfg, kubeclient.Repave)
 		}
 	}
 }
