@@ -18,6 +18,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
 )
 
 // Client talks to one API server.
@@ -56,6 +58,14 @@ func newClient(server string, roots *x509.CertPool, timeout time.Duration) *Clie
 	return &Client{Server: strings.TrimRight(server, "/"), HTTP: &http.Client{Transport: tr, Timeout: timeout}}
 }
 
+// send is the one way a request leaves: as the product
+// (buildinfo.UserAgent), like the node's client, so the server's audit
+// log names the agent on these calls too.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	req.Header.Set("User-Agent", buildinfo.UserAgent())
+	return c.HTTP.Do(req)
+}
+
 // ErrUntrusted means TLS verification failed: the server is there but its
 // certificate does not chain to the configured CA.
 var ErrUntrusted = errors.New("the API server's certificate is not signed by the configured CA (node.kubelet.caCertData)")
@@ -67,7 +77,7 @@ func (c *Client) Reachable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
 		return classify(c.Server, err)
 	}
@@ -113,7 +123,7 @@ func (c *Client) Do(ctx context.Context, method, path, bearer string, body []byt
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {

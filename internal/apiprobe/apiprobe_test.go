@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
 )
 
 func server(t *testing.T, h http.HandlerFunc) (*httptest.Server, []byte) {
@@ -142,3 +145,46 @@ VlHa/dj78A6QsrlU8Igm5Mt9hZsXQeUPettuOuFwtewCIQCmFVYiyQG3pdiANm0n
 W+9phgRAWwkofXqfcy2ycAowVA==
 -----END CERTIFICATE-----
 `
+
+// TestUserAgent: every call reaches the server as the product,
+// aks-flex-node/<version>, whichever trust the client was made with.
+func TestUserAgent(t *testing.T) {
+	old := buildinfo.Version
+	buildinfo.Version = "v9.8.7-test"
+	t.Cleanup(func() { buildinfo.Version = old })
+	var mu sync.Mutex
+	var seen []string
+	s, ca := server(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+" "+r.UserAgent())
+		mu.Unlock()
+		w.WriteHeader(http.StatusForbidden)
+	})
+	withCA, err := New(s.URL, ca, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	systemTrust := NewSystemTrust(s.URL, 5*time.Second)
+	// The httptest CA stands in for the system trust store here.
+	systemTrust.HTTP.Transport.(*http.Transport).TLSClientConfig.RootCAs = withCA.HTTP.Transport.(*http.Transport).TLSClientConfig.RootCAs
+	ctx := context.Background()
+	for _, c := range []*Client{withCA, systemTrust} {
+		if err := c.Reachable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, err := c.SelfSubjectReview(ctx, "abcdef.0123456789abcdef"); err != nil || code != http.StatusForbidden {
+			t.Fatalf("review: %d %v", code, err)
+		}
+		if _, _, err := c.Do(ctx, http.MethodGet, "/api/v1/nodes/n1", "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	const ua = "aks-flex-node/v9.8.7-test"
+	want := []string{"/readyz " + ua, "/apis/authentication.k8s.io/v1/selfsubjectreviews " + ua, "/api/v1/nodes/n1 " + ua}
+	want = append(want, want...)
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+}

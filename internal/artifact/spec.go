@@ -1,7 +1,6 @@
 package artifact
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -40,17 +39,11 @@ func LoadSpec(p string) (*Spec, error) {
 
 // ParseSpec is LoadSpec on bytes; name is where they came from.
 func ParseSpec(name string, data []byte) (*Spec, error) {
-	var s Spec
-	if err := strictjson.Decode(name, data, &s); err != nil {
-		return nil, err
-	}
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", name, field, fmt.Sprintf(format, a...)))
-	}
-	if s.SchemaVersion != SchemaVersion {
-		bad("schemaVersion", "%d is not supported (want %d)", s.SchemaVersion, SchemaVersion)
-	}
+	return strictjson.DecodeSpec(name, data, SchemaVersion, func(s *Spec) int { return s.SchemaVersion }, checkSpec)
+}
+
+// checkSpec reports what is wrong with a decoded spec.
+func checkSpec(s *Spec, bad strictjson.Bad) {
 	if s.Arch != "" && !archRE().MatchString(s.Arch) {
 		bad("arch", "%q is not amd64 or arm64", s.Arch)
 	}
@@ -86,8 +79,4 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 			bad(field+".ref", "%q is not an image reference like registry.k8s.io/pause:3.10", im.Ref)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return &s, nil
 }

@@ -19,3 +19,9 @@ type Info struct {
 
 // Get returns the stamped build information.
 func Get() Info { return Info{Version: Version, GitCommit: GitCommit, BuildTime: BuildTime} }
+
+// UserAgent is what the agent calls itself on every request it sends to a
+// Kubernetes API server, "aks-flex-node/<version>": the server's audit
+// log and metrics then tell the agent's calls from the kubelet's, and one
+// version's from another's during an upgrade.
+func UserAgent() string { return "aks-flex-node/" + Version }

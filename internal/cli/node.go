@@ -119,7 +119,7 @@ func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
 	if err != nil {
 		return invalid(err)
 	}
-	applied, err := state.LoadApplied(l.OnRoot(l.StateDir()))
+	applied, err := state.Open(l).Applied()
 	if err != nil {
 		return fmt.Errorf("node upgrade: %w", err)
 	}

@@ -22,7 +22,7 @@ func TestStatusShowsTheMachinesAndTheLastRepave(t *testing.T) {
 		t.Errorf("status before a join:\n%s", out)
 	}
 	// Joined, never repaved: the pair comes from the applied state.
-	if _, err := state.SaveApplied(dir, state.Applied{Machine: "kube1", KubernetesVersion: "1.35.4", ImageDigest: "sha256:aa"}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{Machine: "kube1", KubernetesVersion: "1.35.4", ImageDigest: "sha256:aa"}); err != nil {
 		t.Fatal(err)
 	}
 	out, _, _ = run(t, "status", "--root", root)
@@ -37,7 +37,7 @@ func TestStatusShowsTheMachinesAndTheLastRepave(t *testing.T) {
 		"kube2": {KubernetesVersion: "1.35.5", ImageDigest: "sha256:bb", Failed: "not Ready"},
 	}, Last: &state.Repave{FromMachine: "kube1", ToMachine: "kube2", FromVersion: "1.35.4", ToVersion: "1.35.5", Started: at,
 		Duration: 42 * time.Second, Result: state.RepaveRolledBack, Reason: "rolled back: not Ready"}}
-	if err := state.SaveSides(dir, s); err != nil {
+	if err := state.OpenDir(dir).SaveSides(s); err != nil {
 		t.Fatal(err)
 	}
 	out, _, _ = run(t, "status", "--root", root)

@@ -8,10 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
-	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 // startLong is start's --help text; the phase list comes from the code.
@@ -96,7 +96,7 @@ func newStartCommand() *cobra.Command {
 				Layout: l, Config: c, ConfigFile: path, ConfigData: data,
 				// After a repave the node runs in the other machine:
 				// start converges that one.
-				Machine:      daemon.ActiveMachine(l),
+				Machine:      state.Open(l).ActiveMachine(),
 				Log:          con.Log,
 				Progress:     con.Progress,
 				Observer:     con.Observer,

@@ -44,11 +44,11 @@ config selects the default layout, and says so on stderr.`,
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
-			repairs, err := state.LastRepairs(l.OnRoot(l.StateDir()))
+			repairs, err := state.Open(l).Repairs()
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
-			sides, err := state.LoadSides(l.OnRoot(l.StateDir()))
+			sides, err := state.Open(l).Sides()
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}

@@ -43,7 +43,7 @@ func TestStatusSaysTheNodeWaitsForTheClusterCNI(t *testing.T) {
 		t.Errorf("status before a join:\n%s", out)
 	}
 	stateDir := filepath.Join(root, "var/lib/aks-flex-node")
-	if _, err := state.SaveApplied(stateDir, state.Applied{Machine: "kube1", KubernetesVersion: "1.35.4"}); err != nil {
+	if _, err := state.OpenDir(stateDir).SaveApplied(state.Applied{Machine: "kube1", KubernetesVersion: "1.35.4"}); err != nil {
 		t.Fatal(err)
 	}
 	netd := filepath.Join(root, "var/lib/machines/kube1/etc/cni/net.d")

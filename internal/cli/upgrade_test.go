@@ -57,7 +57,7 @@ func TestStatusShowsTheLastRepairs(t *testing.T) {
 	}
 	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
 	for i := range 7 {
-		if err := state.RecordRepair(dir, state.Repair{At: at.Add(time.Duration(i) * time.Minute), Kind: "unit-stopped", What: fmt.Sprintf("repair %d", i)}); err != nil {
+		if err := state.OpenDir(dir).RecordRepair(state.Repair{At: at.Add(time.Duration(i) * time.Minute), Kind: "unit-stopped", What: fmt.Sprintf("repair %d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

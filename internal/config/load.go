@@ -7,10 +7,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"strings"
-	"syscall"
 
+	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -84,12 +83,12 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-// ReadFile reads the config file at path: only a regular file (a FIFO in
-// its place would block the reader forever), and at most
-// MaxDocumentBytes of it; a larger file is an *InvalidError naming the
-// limit, never read into memory.
+// ReadFile reads the config file at path: only a regular file
+// (fsutil.OpenRegular: a FIFO in its place would block the reader
+// forever), and at most MaxDocumentBytes of it; a larger file is an
+// *InvalidError naming the limit, never read into memory.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := fsutil.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -97,9 +96,6 @@ func ReadFile(path string) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s: not a regular file (a %s)", path, kind(fi.Mode()))
 	}
 	if fi.Size() > MaxDocumentBytes {
 		return nil, &InvalidError{File: path, Err: DecodeErrors{sizeError(fi.Size())}}
@@ -112,20 +108,6 @@ func ReadFile(path string) ([]byte, error) {
 		return nil, &InvalidError{File: path, Err: DecodeErrors{sizeError(int64(len(data)))}}
 	}
 	return data, nil
-}
-
-func kind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	}
-	return m.Type().String()
 }
 
 // Layout resolves the layout this config declares, on root. A validated

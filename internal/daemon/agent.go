@@ -30,7 +30,7 @@ import (
 func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 	interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
 	reg := metrics.NewRegistry(l)
-	rec := events.ForMachine(c, l, func() string { return l.OnRoot(l.MachineDir(ActiveMachine(l))) }, c.Agent.NodeName, log)
+	rec := events.ForMachine(c, l, func() string { return l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())) }, c.Agent.NodeName, log)
 	a := &Agent{Layout: l, Log: log, Interval: interval, Metrics: reg,
 		Socket: l.OnRoot(l.AgentSocket()), TCPAddress: c.Agent.MetricsAddress}
 	keeper := &MachineKeeper{Layout: l, Control: &machine.Control{}, Log: log, Metrics: reg, Events: rec, ConfigFile: l.OnRoot(l.ConfigFile())}
@@ -46,13 +46,11 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		a.WaitFor = "API server " + srv
 		a.Ready = client.Reachable
 		nodeClient := func() (kubeclient.Interface, error) {
-			cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(ActiveMachine(l))))
+			cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())))
 			if err != nil {
 				return nil, err
 			}
-			cfg.Timeout = 30 * time.Second
-			cfg.UserAgent = events.Component
-			return kubeclient.NewForConfig(cfg)
+			return kubeclient.New(cfg, kubeclient.AgentLoop)
 		}
 		a.Loops = append(a.Loops, FinishRepave(keeper, nodeClient, c.Agent.NodeName))
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
@@ -111,13 +109,4 @@ func authenticated(ctx context.Context, client *apiprobe.Client, src *identity.S
 		return fmt.Errorf("%s did not say who the token is", client.Server)
 	}
 	return nil
-}
-
-// ActiveMachine is the machine the node runs in: the applied state's, or
-// the first side before a join has recorded one.
-func ActiveMachine(l layout.Layout) string {
-	if a, err := state.LoadApplied(l.OnRoot(l.StateDir())); err == nil && a != nil && a.Machine != "" {
-		return a.Machine
-	}
-	return layout.MachineBlue
 }

@@ -39,12 +39,12 @@ func TestFinishRepave(t *testing.T) {
 	if err := os.WriteFile(l.OnRoot(l.JoinedMarker()), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.SaveApplied(dir, state.Applied{NodeName: "n1", Machine: "kube1"}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: "n1", Machine: "kube1"}); err != nil {
 		t.Fatal(err)
 	}
 	inFlight := state.Sides{Active: "kube1", Machines: map[string]state.Side{}, InFlight: &state.Repave{FromMachine: "kube1", ToMachine: "kube2",
 		Started: time.Now(), Step: "switch"}}
-	if err := state.SaveSides(dir, inFlight); err != nil {
+	if err := state.OpenDir(dir).SaveSides(inFlight); err != nil {
 		t.Fatal(err)
 	}
 	states := map[string]string{"kube1": "inactive", "kube2": "active"}
@@ -71,7 +71,7 @@ func TestFinishRepave(t *testing.T) {
 	if err := loop.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := state.LoadSides(dir); s.InFlight == nil || states["kube2"] != "active" {
+	if s, _ := state.OpenDir(dir).Sides(); s.InFlight == nil || states["kube2"] != "active" {
 		t.Fatalf("finish-repave acted while node upgrade held the lock: %+v %v", s, states)
 	}
 	held.Release()
@@ -79,14 +79,14 @@ func TestFinishRepave(t *testing.T) {
 	if err := loop.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := state.LoadSides(dir)
+	s, _ := state.OpenDir(dir).Sides()
 	if s.InFlight != nil || s.Last == nil || s.Last.Result != state.RepaveInterrupted || states["kube1"] != "active" || states["kube2"] != "inactive" {
 		t.Fatalf("after finish-repave: %+v %v", s, states)
 	}
 	if n, _ := cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{}); n.Spec.Unschedulable {
 		t.Error("the Node is left cordoned")
 	}
-	repairs, err := state.LastRepairs(dir)
+	repairs, err := state.OpenDir(dir).Repairs()
 	if err != nil || len(repairs) == 0 || repairs[len(repairs)-1].Kind != RepairRepaveInterrupted {
 		t.Errorf("repairs: %+v (%v)", repairs, err)
 	}

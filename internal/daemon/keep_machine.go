@@ -74,17 +74,13 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	if joined, err := k.joined(); err != nil || !joined {
 		return err
 	}
-	applied, err := state.LoadApplied(k.Layout.OnRoot(k.Layout.StateDir()))
+	applied, err := state.Open(k.Layout).Applied()
 	if err != nil {
 		return fmt.Errorf("keep machine: %w", err)
 	}
 	name := k.Machine
-	switch {
-	case name != "":
-	case applied != nil && applied.Machine != "":
-		name = applied.Machine
-	default:
-		name = layout.MachineBlue
+	if name == "" {
+		name = applied.ActiveMachine()
 	}
 	st, err := k.Control.State(ctx, name)
 	if err != nil {
@@ -108,7 +104,7 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	}
 	// The other side first: after an interrupted repave it may be the
 	// one running, and two machines must never run as the node.
-	if name == k.active(applied) {
+	if name == applied.ActiveMachine() {
 		if err := k.stopOtherSide(ctx, name); err != nil {
 			return fmt.Errorf("keep machine %s: %w", name, err)
 		}
@@ -122,15 +118,6 @@ func (k *MachineKeeper) Keep(ctx context.Context) error {
 	}
 	k.repaired(ctx, RepairMachineStarted, fmt.Sprintf("machine %s was %s on a joined host; aks-flex-node started it", name, st))
 	return nil
-}
-
-// active is the side the applied state names (the layout's first before
-// a join recorded one).
-func (k *MachineKeeper) active(a *state.Applied) string {
-	if a != nil && a.Machine != "" {
-		return a.Machine
-	}
-	return layout.MachineBlue
 }
 
 // joined says whether start's joined marker is there.

@@ -222,7 +222,7 @@ func (k *MachineKeeper) repaired(ctx context.Context, kind, what string) {
 	k.Log.Info("repaired: "+what, "kind", kind)
 	k.Metrics.Repaired(kind)
 	k.Events.Normal(ctx, events.ReasonRepaired, "%s", what)
-	if err := state.RecordRepair(k.Layout.OnRoot(k.Layout.StateDir()), state.Repair{At: time.Now().UTC(), Kind: kind, What: what}); err != nil {
+	if err := state.Open(k.Layout).RecordRepair(state.Repair{At: time.Now().UTC(), Kind: kind, What: what}); err != nil {
 		k.Log.Warn("could not record the repair for status", "error", err)
 	}
 }

@@ -70,7 +70,7 @@ func newDriftHost(t *testing.T) *driftHost {
 	if err := os.MkdirAll(l.OnRoot(l.StateDir()), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.SaveApplied(l.OnRoot(l.StateDir()), state.Applied{NodeName: c.Agent.NodeName, Machine: layout.MachineBlue, NodeFiles: node.Checksums(files)}); err != nil {
+	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: c.Agent.NodeName, Machine: layout.MachineBlue, NodeFiles: node.Checksums(files)}); err != nil {
 		t.Fatal(err)
 	}
 	run := func(_ context.Context, name string, args ...string) ([]byte, error) {
@@ -127,7 +127,7 @@ func (h *driftHost) inMachine(args string) bool {
 
 func (h *driftHost) repairs(t *testing.T) []string {
 	t.Helper()
-	list, err := state.LastRepairs(h.l.OnRoot(h.l.StateDir()))
+	list, err := state.Open(h.l).Repairs()
 	if err != nil {
 		t.Fatal(err)
 	}

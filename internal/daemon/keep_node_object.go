@@ -69,7 +69,7 @@ func (k *NodeObjectKeeper) Keep(ctx context.Context) error {
 	if joined, err := mk.joined(); err != nil || !joined || k.resetting {
 		return err
 	}
-	a, err := state.LoadApplied(mk.Layout.OnRoot(mk.Layout.StateDir()))
+	a, err := state.Open(mk.Layout).Applied()
 	if err != nil || a == nil || a.NodeName == "" || a.Machine == "" {
 		return err
 	}

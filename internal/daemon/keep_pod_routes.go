@@ -76,7 +76,7 @@ func (k *PodRouteKeeper) waitJoined(ctx context.Context) (*state.Applied, error)
 		if err != nil || !ok {
 			return false, err
 		}
-		a, err = state.LoadApplied(k.Layout.OnRoot(k.Layout.StateDir()))
+		a, err = state.Open(k.Layout).Applied()
 		return err == nil && a != nil && a.NodeName != "", err
 	})
 	if err != nil && ctx.Err() == nil && wait.Interrupted(err) {

@@ -95,7 +95,7 @@ func flexNode(name, ip, cidr string) *corev1.Node {
 // spares every pod CIDR.
 func TestPodRouteKeeperFollowsNodes(t *testing.T) {
 	l := joinedLayout(t)
-	if _, err := state.SaveApplied(l.OnRoot(l.StateDir()), state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
+	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
 		t.Fatal(err)
 	}
 	cs := fake.NewClientset(flexNode("self", "192.168.50.10", "10.244.0.0/24"),
@@ -172,7 +172,7 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = joinedLayout(t)
-	if _, err := state.SaveApplied(l.OnRoot(l.StateDir()), state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
+	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
 		t.Fatal(err)
 	}
 	host := &podNetHost{routes: map[string]bool{}}
@@ -202,7 +202,7 @@ func TestPodRouteKeeperWaitsForTheJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.SaveApplied(l.OnRoot(l.StateDir()), state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
+	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
 		t.Fatal(err)
 	}
 	host := &podNetHost{routes: map[string]bool{}}

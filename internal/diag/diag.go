@@ -112,7 +112,7 @@ func (e *Env) procDir() string {
 // (nil, nil) on a host that never joined.
 func (e *Env) Applied() (*state.Applied, error) {
 	e.once.applied.Do(func() {
-		e.applied, e.appliedErr = state.LoadApplied(e.Layout.OnRoot(e.Layout.StateDir()))
+		e.applied, e.appliedErr = state.Open(e.Layout).Applied()
 	})
 	return e.applied, e.appliedErr
 }
@@ -127,10 +127,8 @@ func (e *Env) nodeName() string {
 }
 
 func (e *Env) machineName() string {
-	if a, _ := e.Applied(); a != nil && a.Machine != "" {
-		return a.Machine
-	}
-	return layout.MachineBlue
+	a, _ := e.Applied()
+	return a.ActiveMachine()
 }
 
 // machineRoot is the machine's rootfs as this process opens it.

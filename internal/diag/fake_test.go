@@ -85,7 +85,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 
 func writeApplied(t *testing.T, dir string) {
 	t.Helper()
-	if _, err := state.SaveApplied(dir, state.Applied{NodeName: testNode, Machine: layout.MachineBlue, KubernetesVersion: "1.35.4", ImageDigest: "sha256:abc", AgentVersion: "v1.0.0", AppliedAt: time.Now()}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: testNode, Machine: layout.MachineBlue, KubernetesVersion: "1.35.4", ImageDigest: "sha256:abc", AgentVersion: "v1.0.0", AppliedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,9 +12,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/Azure/aks-flex-node/internal/apiprobe"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/node"
 )
 
@@ -61,8 +61,9 @@ func (e *Env) probeAPI(ctx context.Context) apiProbe {
 		return p
 	}
 	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil || (e.Config != nil && e.Config.Azure.Identity())
-	cfg.Timeout = e.probeTimeout()
-	hc, err := rest.HTTPClientFor(cfg)
+	// debug's own bound per probe (Env.ProbeTimeout), not a named
+	// policy: the command's overall budget is split between its probes.
+	hc, err := kubeclient.HTTPClient(cfg, kubeclient.Policy{Timeout: e.probeTimeout()})
 	if err != nil {
 		p.credErr = err
 		return p

@@ -1,7 +1,6 @@
 package diag
 
 import (
-	"fmt"
 	"io"
 
 	"github.com/Azure/aks-flex-node/internal/preflight"
@@ -11,39 +10,19 @@ import (
 // check in order, each warning and error followed by its remedy, then a
 // summary line.
 func (r Report) WriteText(w io.Writer) error {
-	ew := &errWriter{w: w}
+	ew := preflight.NewTextWriter(w)
 	if r.Joined {
-		ew.printf("[debug] Checking node %s in machine %s, as the node, against %s\n", r.Node, r.Machine, orUnknown(r.Server))
+		ew.Printf("[debug] Checking node %s in machine %s, as the node, against %s\n", r.Node, r.Machine, orUnknown(r.Server))
 	} else {
-		ew.printf("[debug] Checking this host\n")
+		ew.Printf("[debug] Checking this host\n")
 	}
 	for _, c := range r.Checks {
-		switch c.Severity {
-		case preflight.SeverityOK:
-			ew.printf("[OK %s]: %s\n", c.Name, c.Message)
-		case preflight.SeverityWarning:
-			ew.printf("[WARNING %s]: %s\n", c.Name, c.Message)
-			ew.printf("\tremedy: %s\n", c.Remedy)
-		default:
-			ew.printf("[ERROR %s]: %s\n", c.Name, c.Message)
-			ew.printf("\tremedy: %s\n", c.Remedy)
-		}
+		ew.Check("", c)
 	}
 	if r.Skipped != "" {
-		ew.printf("[debug] Skipped: %s\n", r.Skipped)
+		ew.Printf("[debug] Skipped: %s\n", r.Skipped)
 	}
 	s := r.Summary
-	ew.printf("[debug] %d ok, %d warnings, %d errors in %s: %s\n", s.OK, s.Warnings, s.Errors, r.Took, r.Status)
-	return ew.err
-}
-
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) printf(format string, args ...any) {
-	if e.err == nil {
-		_, e.err = fmt.Fprintf(e.w, format, args...)
-	}
+	ew.Printf("[debug] %d ok, %d warnings, %d errors in %s: %s\n", s.OK, s.Warnings, s.Errors, r.Took, r.Status)
+	return ew.Err()
 }

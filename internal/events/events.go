@@ -47,8 +47,8 @@ const (
 // Component is the Events' source and reporting controller.
 const Component = "aks-flex-node"
 
-// timeout bounds one Event's write.
-const timeout = 5 * time.Second
+// timeout bounds one Event's write, the client's requests included.
+var timeout = kubeclient.EventWrite.Timeout
 
 // Recorder records Events on one Node.
 type Recorder struct {
@@ -83,9 +83,7 @@ func ForMachine(c *config.Config, l layout.Layout, machineRoot func() string, no
 		if err != nil {
 			return nil, err
 		}
-		cfg.Timeout = timeout
-		cfg.UserAgent = Component
-		return kubeclient.NewForConfig(cfg)
+		return kubeclient.New(cfg, kubeclient.EventWrite)
 	}, log)
 }
 

@@ -3,8 +3,6 @@ package image
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -87,17 +85,12 @@ func IndexImage(ctx context.Context, img v1.Image) (*Tree, error) {
 // IndexLayer adds one layer's tar headers to t (whiteouts applied), checking
 // the uncompressed stream against diffID.
 func IndexLayer(t *Tree, l v1.Layer, diffID v1.Hash) error {
-	if diffID.Algorithm != "sha256" {
-		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
-	}
-	rc, err := l.Uncompressed()
+	ls, err := OpenLayer(l, diffID)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	h := sha256.New()
-	r := io.TeeReader(rc, h)
-	tr := tar.NewReader(r)
+	defer ls.Close()
+	tr := tar.NewReader(ls)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -110,11 +103,5 @@ func IndexLayer(t *Tree, l v1.Layer, diffID v1.Hash) error {
 			return err
 		}
 	}
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
-		return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
-	}
-	return nil
+	return ls.Verify()
 }

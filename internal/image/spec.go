@@ -1,7 +1,6 @@
 package image
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -94,17 +93,11 @@ func LoadSpec(p string) (*Spec, error) {
 
 // ParseSpec is LoadSpec on bytes; name says where they came from.
 func ParseSpec(name string, data []byte) (*Spec, error) {
-	var s Spec
-	if err := strictjson.Decode(name, data, &s); err != nil {
-		return nil, err
-	}
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", name, field, fmt.Sprintf(format, a...)))
-	}
-	if s.SchemaVersion != SpecSchemaVersion {
-		bad("schemaVersion", "%d is not supported (want %d)", s.SchemaVersion, SpecSchemaVersion)
-	}
+	return strictjson.DecodeSpec(name, data, SpecSchemaVersion, func(s *Spec) int { return s.SchemaVersion }, checkSpec)
+}
+
+// checkSpec reports what is wrong with a decoded spec.
+func checkSpec(s *Spec, bad strictjson.Bad) {
 	if strings.TrimSpace(s.Name) == "" {
 		bad("name", "is required")
 	}
@@ -162,10 +155,6 @@ func ParseSpec(name string, data []byte) (*Spec, error) {
 	if s.DefaultTarget != "" && !strings.HasSuffix(s.DefaultTarget, ".target") {
 		bad("defaultTarget", "%q is not a .target unit", s.DefaultTarget)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return &s, nil
 }
 
 // tag is the ref.name the image gets in its layout.

@@ -72,7 +72,7 @@ func newClient(t *testing.T) (Interface, *apiServer) {
 	a := &apiServer{}
 	s := httptest.NewServer(a)
 	t.Cleanup(s.Close)
-	c, err := NewForConfig(&rest.Config{Host: s.URL, UserAgent: "kubeclient-test", Timeout: 5 * time.Second})
+	c, err := New(&rest.Config{Host: s.URL}, EventWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,14 +36,10 @@ var codecs = sync.OnceValues(func() (serializer.CodecFactory, runtime.ParameterC
 	return serializer.NewCodecFactory(s), runtime.NewParameterCodec(s)
 })
 
-// NewForConfig returns a client for the server and credential c names.
-// One HTTP client and one rate limiter serve both groups, as in client-go's
-// clientset.
-func NewForConfig(c *rest.Config) (Interface, error) {
-	cfg := *c
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
+// newForConfig returns a client for the server and credential cfg names
+// (a copy New made). One HTTP client and one rate limiter serve both
+// groups, as in client-go's clientset.
+func newForConfig(cfg rest.Config) (Interface, error) {
 	if cfg.RateLimiter == nil {
 		qps, burst := cfg.QPS, cfg.Burst
 		if qps == 0 {

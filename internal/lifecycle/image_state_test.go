@@ -58,7 +58,7 @@ func TestAppliedStateRecordsResolvedImage(t *testing.T) {
 	if _, err := SaveState(s.host, s.machine, c, s.opts.ConfigFile, s.opts.ConfigData, chosen, sums).Do(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a, err := state.LoadApplied(l.OnRoot(l.StateDir()))
+	a, err := state.Open(l).Applied()
 	if err != nil || a == nil {
 		t.Fatalf("%+v %v", a, err)
 	}

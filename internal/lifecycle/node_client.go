@@ -36,8 +36,7 @@ func nodeClientFor(c *config.Config, l layout.Layout, root func() string) *NodeC
 		if err != nil {
 			return nil, err
 		}
-		cfg.Timeout = 10 * time.Second
-		return kubeclient.NewForConfig(cfg)
+		return kubeclient.New(cfg, kubeclient.Step)
 	}}
 }
 

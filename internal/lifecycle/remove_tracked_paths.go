@@ -53,7 +53,7 @@ func (t *removeTrackedPaths) Name() string { return "remove-tracked-paths" }
 
 func (t *removeTrackedPaths) Do(ctx context.Context) (task.Result, error) {
 	l := t.layout
-	tr, err := state.OpenTracker(l.OnRoot(l.StateDir()))
+	tr, err := state.Open(l).Tracker()
 	if err != nil {
 		return task.Result{}, err
 	}

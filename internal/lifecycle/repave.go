@@ -49,8 +49,7 @@ func (o *RepaveOptions) setDefaults() {
 			if err != nil {
 				return nil, err
 			}
-			cfg.Timeout = 15 * time.Second
-			return kubeclient.NewForConfig(cfg)
+			return kubeclient.New(cfg, kubeclient.Repave)
 		}
 	}
 }
@@ -86,10 +85,7 @@ func NewRepave(o RepaveOptions, applied state.Applied) *Repave {
 	if o.Image != "" {
 		c.Bootstrap.OCIImage = o.Image
 	}
-	from := applied.Machine
-	if from == "" {
-		from = layout.MachineBlue
-	}
+	from := applied.ActiveMachine()
 	so := o.Options
 	so.Config, so.Machine = &c, o.Layout.OtherMachine(from)
 	r := &Repave{opts: o, applied: applied, start: NewStart(so),

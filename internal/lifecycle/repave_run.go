@@ -47,11 +47,11 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 // phases run. began is when the command began.
 func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) error, began time.Time) (*state.Repave, error) {
 	o := r.opts
-	dir := o.Layout.OnRoot(o.Layout.StateDir())
+	store := state.Open(o.Layout)
 	if err := r.recoverInterrupted(ctx); err != nil {
 		return nil, err
 	}
-	if a, err := state.LoadApplied(dir); err != nil || a == nil || a.Machine != r.applied.Machine {
+	if a, err := store.Applied(); err != nil || a == nil || a.Machine != r.applied.Machine {
 		return nil, errors.Join(ErrStateMoved, err)
 	}
 	if err := checks(ctx); err != nil {
@@ -61,7 +61,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 	if err != nil {
 		return nil, fmt.Errorf("detect cgroup mode: %w", err)
 	}
-	sides, err := state.LoadSides(dir)
+	sides, err := store.Sides()
 	if err != nil || sides == nil {
 		return nil, errors.Join(errors.New("no sides record"), err)
 	}
@@ -74,7 +74,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 			rec.WasUnschedulable = r.unschedulable(ctx)
 		}
 		sides.InFlight = rec
-		if err := state.SaveSides(dir, *sides); err != nil {
+		if err := store.SaveSides(*sides); err != nil {
 			return rec, err
 		}
 		if _, err := runner.Phases(ctx, p); err != nil {
@@ -89,7 +89,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 	sides.Machines[r.to.Name] = side
 	sides.Active = r.to.Name
 	r.finish(sides, rec, state.RepaveSucceeded, "")
-	if err := state.SaveSides(dir, *sides); err != nil {
+	if err := store.SaveSides(*sides); err != nil {
 		return rec, err
 	}
 	r.report(ctx, rec)
@@ -153,7 +153,7 @@ func (e *RolledBackError) Unwrap() error { return e.Reason }
 // before switch the old side still serves (a drain's cordon is lifted);
 // in switch the old side is brought back; in finish the new side serves.
 func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repave, phase string, cause error) error {
-	dir := r.opts.Layout.OnRoot(r.opts.Layout.StateDir())
+	store := state.Open(r.opts.Layout)
 	// The undo runs even when the run was cancelled, bounded.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.ReadyTimeout+5*time.Minute)
 	defer cancel()
@@ -175,13 +175,13 @@ func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repa
 		sides.Machines[r.to.Name] = side
 		err = &RolledBackError{To: r.to.Name, Reason: cause}
 	case "finish":
-		if a, aerr := state.LoadApplied(dir); aerr == nil && a != nil && a.Machine == r.to.Name {
+		if a, aerr := store.Applied(); aerr == nil && a != nil && a.Machine == r.to.Name {
 			sides.Active = r.to.Name
 			sides.Machines[r.to.Name] = state.Side{KubernetesVersion: rec.ToVersion, Image: a.Image, ImageDigest: a.ImageDigest}
 		}
 	}
 	r.finish(sides, rec, result, err.Error())
-	if serr := state.SaveSides(dir, *sides); serr != nil {
+	if serr := store.SaveSides(*sides); serr != nil {
 		err = errors.Join(err, serr)
 	}
 	r.report(uctx, rec)

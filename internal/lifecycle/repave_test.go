@@ -155,7 +155,7 @@ func TestRepaveRollsBackANewSideThatIsNotReady(t *testing.T) {
 	if n.Spec.Unschedulable || n.UID != "uid-1" {
 		t.Errorf("node after the rollback: unschedulable=%v uid=%s", n.Spec.Unschedulable, n.UID)
 	}
-	got, lerr := state.LoadSides(l.OnRoot(l.StateDir()))
+	got, lerr := state.Open(l).Sides()
 	if lerr != nil || got == nil || got.Active != "kube1" || got.InFlight != nil || got.Last == nil ||
 		got.Last.Result != state.RepaveRolledBack || !strings.Contains(got.Last.Reason, "not Ready at kubelet 1.35.4") ||
 		!strings.Contains(got.Machines["kube2"].Failed, "not Ready") {
@@ -219,7 +219,7 @@ func TestRepaveRollbackThatFailsIsReported(t *testing.T) {
 	if err == nil || errors.As(err, &rb) || !strings.Contains(err.Error(), "rollback: ") {
 		t.Fatalf("failed rollback = %v", err)
 	}
-	if got, _ := state.LoadSides(l.OnRoot(l.StateDir())); got == nil || got.Last == nil || got.Last.Result != state.RepaveFailed {
+	if got, _ := state.Open(l).Sides(); got == nil || got.Last == nil || got.Last.Result != state.RepaveFailed {
 		t.Errorf("sides: %+v", got)
 	}
 }
@@ -240,7 +240,7 @@ func TestRepaveFailedDrainUncordons(t *testing.T) {
 	if n.Spec.Unschedulable || h.state["kube1"] != "active" {
 		t.Errorf("after a failed drain: unschedulable=%v machines %v", n.Spec.Unschedulable, h.state)
 	}
-	if got, _ := state.LoadSides(l.OnRoot(l.StateDir())); got.Last.Result != state.RepaveFailed || got.Active != "kube1" {
+	if got, _ := state.Open(l).Sides(); got.Last.Result != state.RepaveFailed || got.Active != "kube1" {
 		t.Errorf("sides: %+v", got)
 	}
 	if ev := nodeEvents(t, h)[events.ReasonRepaveFailed]; !strings.Contains(ev, "Warning: repave from machine kube1 (Kubernetes 1.34.2) to machine kube2 (Kubernetes 1.35.4) failed after") || !strings.Contains(ev, "default/a") {
@@ -290,12 +290,12 @@ func TestRepaveRecoversAnInterruptedOneFirst(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.SaveApplied(dir, state.Applied{NodeName: "n1", Machine: "kube1", KubernetesVersion: "1.34.2"}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: "n1", Machine: "kube1", KubernetesVersion: "1.34.2"}); err != nil {
 		t.Fatal(err)
 	}
 	sides, rec := sidesFor("kube1", "1.34.2")
 	rec.Step = SwitchPhase
-	if err := state.SaveSides(dir, *sides); err != nil {
+	if err := state.OpenDir(dir).SaveSides(*sides); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := SetUnschedulable(t.Context(), r.client, "n1", true); err != nil {
@@ -311,7 +311,7 @@ func TestRepaveRecoversAnInterruptedOneFirst(t *testing.T) {
 	if n.Spec.Unschedulable {
 		t.Error("the Node is left cordoned")
 	}
-	got, err := state.LoadSides(dir)
+	got, err := state.OpenDir(dir).Sides()
 	if err != nil || got.InFlight != nil || got.Last == nil || got.Last.Result != state.RepaveInterrupted || got.Active != "kube1" {
 		t.Fatalf("sides after the recovery: %+v (%v)", got, err)
 	}

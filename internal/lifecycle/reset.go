@@ -78,7 +78,7 @@ func Reset(ctx context.Context, o Options) (bool, error) {
 // machines stopped. The Node object itself stays: deleting it is the
 // cluster's decision.
 func recordReset(ctx context.Context, o Options) joinedNode {
-	a, err := state.LoadApplied(o.Layout.OnRoot(o.Layout.StateDir()))
+	a, err := state.Open(o.Layout).Applied()
 	if err != nil || a == nil || a.NodeName == "" || a.Machine == "" {
 		return joinedNode{}
 	}

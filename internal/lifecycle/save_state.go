@@ -43,11 +43,11 @@ func (t *saveState) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	digest, _ := machine.ImageDigest(l, t.machine.Name)
-	dir := l.OnRoot(l.StateDir())
+	store := state.Open(l)
 	if err := t.host.track(l.StateDir()+"/"+state.AppliedFile, l.StateDir()+"/"+state.AppliedFile+".sha256"); err != nil {
 		return task.Result{}, err
 	}
-	changed, err := state.SaveApplied(dir, state.Applied{
+	changed, err := store.SaveApplied(state.Applied{
 		ConfigFile:        t.configFile,
 		ConfigSHA256:      state.ConfigDigest(t.configData),
 		Prefix:            l.Prefix(),

@@ -20,14 +20,14 @@ import (
 // converges as it always did. Read under the node lock.
 func (s *Start) repaveDue(ctx context.Context) (*Repave, string) {
 	l, c := s.opts.Layout, s.opts.Config
-	dir := l.OnRoot(l.StateDir())
+	store := state.Open(l)
 	// An unreadable state is preflight's to report (existing-deployment,
 	// node-version), as on any start.
-	applied, err := state.LoadApplied(dir)
+	applied, err := store.Applied()
 	if err != nil || applied == nil {
 		return nil, ""
 	}
-	sides, err := state.LoadSides(dir)
+	sides, err := store.Sides()
 	if err != nil || sides == nil || sides.Active != applied.Machine {
 		return nil, ""
 	}

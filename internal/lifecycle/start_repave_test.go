@@ -22,10 +22,10 @@ import (
 func joinedAt(t *testing.T, l layout.Layout, m, version, ref, digest string) {
 	t.Helper()
 	dir := l.OnRoot(l.StateDir())
-	if _, err := state.SaveApplied(dir, state.Applied{Machine: m, KubernetesVersion: version, Image: ref, ImageDigest: digest}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{Machine: m, KubernetesVersion: version, Image: ref, ImageDigest: digest}); err != nil {
 		t.Fatal(err)
 	}
-	if err := state.SaveSides(dir, state.Sides{Active: m, Machines: map[string]state.Side{m: {KubernetesVersion: version, Image: ref, ImageDigest: digest}}}); err != nil {
+	if err := state.OpenDir(dir).SaveSides(state.Sides{Active: m, Machines: map[string]state.Side{m: {KubernetesVersion: version, Image: ref, ImageDigest: digest}}}); err != nil {
 		t.Fatal(err)
 	}
 }

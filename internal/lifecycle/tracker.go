@@ -24,12 +24,13 @@ func NewTracker(l layout.Layout) *Tracker { return &Tracker{layout: l} }
 // Add records host paths.
 func (tr *Tracker) Add(paths ...string) error {
 	if tr.t == nil {
-		dir := tr.layout.OnRoot(tr.layout.StateDir())
+		store := state.Open(tr.layout)
+		dir := store.Dir()
 		_, statErr := os.Stat(dir)
 		if err := fsutil.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		t, err := state.OpenTracker(dir)
+		t, err := store.Tracker()
 		if err != nil {
 			return err
 		}

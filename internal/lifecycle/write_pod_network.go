@@ -50,8 +50,7 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		return task.Result{}, err
 	}
-	kc.Timeout = 10 * time.Second
-	cs, err := kubeclient.NewForConfig(kc)
+	cs, err := kubeclient.New(kc, kubeclient.Step)
 	if err != nil {
 		return task.Result{}, err
 	}

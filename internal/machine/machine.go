@@ -13,8 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/image"
 	aflayout "github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -332,34 +331,13 @@ func extractLayer(l v1.Layer, diffID v1.Hash, dir string) error {
 // kept as files (a cached layer, whose whiteouts apply when a rootfs is
 // made from it).
 func extractLayerTo(l v1.Layer, diffID v1.Hash, dir string, whiteouts bool) error {
-	if diffID.Algorithm != "sha256" {
-		return fmt.Errorf("unsupported diff ID algorithm %q", diffID.Algorithm)
-	}
-	rc, err := l.Uncompressed()
+	ls, err := image.OpenLayer(l, diffID)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	h := sha256.New()
-	r := io.TeeReader(rc, h)
-	verify := func() error {
-		// The tar reader stops at the end-of-archive marker; hash the
-		// padding too, and let a verifying reader underneath see EOF.
-		if _, err := io.Copy(io.Discard, r); err != nil {
-			return err
-		}
-		if err := rc.Close(); err != nil {
-			return err
-		}
-		if got := hexOf(h); got != diffID.Hex {
-			return fmt.Errorf("uncompressed content hashes to sha256:%s, config says %s", got, diffID)
-		}
-		return nil
-	}
-	return fsutil.ExtractTar(r, dir, fsutil.ExtractOptions{Whiteouts: whiteouts, Devices: true, Verify: verify})
+	defer ls.Close()
+	return fsutil.ExtractTar(ls, dir, fsutil.ExtractOptions{Whiteouts: whiteouts, Devices: true, Verify: ls.Verify})
 }
-
-func hexOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
 
 // swapIn replaces target with the fully unpacked tmp: the old tree is
 // renamed away first, then tmp renamed in, then the old tree removed.

@@ -73,7 +73,7 @@ func (c *infoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- infoDesc }
 
 func (c *infoCollector) Collect(ch chan<- prometheus.Metric) {
 	var a state.Applied
-	if s, err := state.LoadApplied(c.layout.OnRoot(c.layout.StateDir())); err == nil && s != nil {
+	if s, err := state.Open(c.layout).Applied(); err == nil && s != nil {
 		a = *s
 	}
 	ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1,

@@ -76,7 +76,7 @@ func TestRegistryServesStoreVersionsAndLoops(t *testing.T) {
 	}
 	r := &task.Runner{Log: slog.New(slog.DiscardHandler), Observer: TaskErrors(s)}
 	_, _ = r.Serial(context.Background(), task.Func{N: "wait-node-ready", F: func(context.Context) (task.Result, error) { return task.Result{}, errors.New("timeout") }})
-	if _, err := state.SaveApplied(l.OnRoot(l.StateDir()), state.Applied{NodeName: "n", Machine: "kube1", KubernetesVersion: "1.35.4", ContainerdVersion: "1.7.28", ImageDigest: "sha256:abc"}); err != nil {
+	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: "n", Machine: "kube1", KubernetesVersion: "1.35.4", ContainerdVersion: "1.7.28", ImageDigest: "sha256:abc"}); err != nil {
 		t.Fatal(err)
 	}
 

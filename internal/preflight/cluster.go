@@ -234,7 +234,7 @@ func nodeNameCheck(e *Env) Check {
 		}
 		switch code {
 		case http.StatusOK:
-			if a, err := state.LoadApplied(e.Layout.OnRoot(e.Layout.StateDir())); err == nil && a != nil && a.NodeName == name {
+			if a, err := state.Open(e.Layout).Applied(); err == nil && a != nil && a.NodeName == name {
 				return OK("%s; the Node of that name is this host's: it joined as %s (state in %s)", valid, name, e.Layout.StateDir())
 			}
 			return Warning(fmt.Sprintf("if that Node is an earlier incarnation of this host, delete it (kubectl delete node %s); otherwise set a different agent.nodeName in %s", name, e.configFile()),

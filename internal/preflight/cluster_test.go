@@ -211,11 +211,11 @@ func TestNodeName(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.SaveApplied(dir, state.Applied{NodeName: "another-node"}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: "another-node"}); err != nil {
 		t.Fatal(err)
 	}
 	want(t, h.run(NameNodeName), SeverityWarning, "a Node named "+testNode+" already exists")
-	if _, err := state.SaveApplied(dir, state.Applied{NodeName: testNode}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: testNode}); err != nil {
 		t.Fatal(err)
 	}
 	want(t, h.run(NameNodeName), SeverityOK, "the Node of that name is this host's: it joined as "+testNode)

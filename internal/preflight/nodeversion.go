@@ -18,9 +18,9 @@ import (
 // into the running machine in place, and is refused. A host with no node
 // yet, and a node at the config's version, pass.
 func nodeVersionCheck(e *Env) Check {
-	dir := e.Layout.OnRoot(e.Layout.StateDir())
+	store := state.Open(e.Layout)
 	return NewCheck(NameNodeVersion, e.Layout.StateDir(), func(ctx context.Context) Result {
-		sides, err := state.LoadSides(dir)
+		sides, err := store.Sides()
 		if err != nil {
 			return Error("repair or remove the file the message names (reset removes it with the node)", "cannot read the node's machines: %v", err)
 		}

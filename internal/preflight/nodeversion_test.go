@@ -42,7 +42,7 @@ func TestNodeVersionCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	sides := state.Sides{Active: "kube1", Machines: map[string]state.Side{"kube1": {KubernetesVersion: "1.35.4"}}}
-	if err := state.SaveSides(dir, sides); err != nil {
+	if err := state.OpenDir(dir).SaveSides(sides); err != nil {
 		t.Fatal(err)
 	}
 	env.ServerVersion = probe
@@ -55,7 +55,7 @@ func TestNodeVersionCheck(t *testing.T) {
 	sides = state.Sides{Active: "kube2", Machines: map[string]state.Side{
 		"kube1": {KubernetesVersion: "1.35.4"}, "kube2": {KubernetesVersion: "1.34.2"},
 	}, Last: &state.Repave{FromMachine: "kube1", ToMachine: "kube2", FromVersion: "1.35.4", ToVersion: "1.34.2", Finished: at, Result: state.RepaveSucceeded}}
-	if err := state.SaveSides(dir, sides); err != nil {
+	if err := state.OpenDir(dir).SaveSides(sides); err != nil {
 		t.Fatal(err)
 	}
 	want(t, check.Run(context.Background()), SeverityOK, "start repaves machine kube2 from Kubernetes 1.34.2 to 1.35.4: kubelet 1.35.4 against API server v1.35.4")

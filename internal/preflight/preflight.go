@@ -254,66 +254,35 @@ func (r Report) Failed(failOnWarnings bool) bool {
 // that passed or warned, then the fatal errors, then how to make them
 // non-fatal.
 func (r Report) WriteText(w io.Writer) error {
-	ew := &errWriter{w: w}
-	ew.printf("[preflight] Running preflight checks\n")
+	ew := NewTextWriter(w)
+	ew.Printf("[preflight] Running preflight checks\n")
 	var errs []CheckResult
 	for _, c := range r.Checks {
-		switch {
-		case c.Severity == SeverityOK:
-			if c.Message == "" {
-				ew.printf("[OK %s]\n", c.Name)
-			} else {
-				ew.printf("[OK %s]: %s\n", c.Name, c.Message)
-			}
-		case c.Severity == SeverityWarning:
-			ew.printf("[WARNING %s]: %s\n", c.Name, c.Message)
-			ew.remedy(c.Remedy)
-		case c.Ignored:
-			ew.printf("[WARNING %s]: %s (error ignored with --ignore-preflight-errors)\n", c.Name, c.Message)
-			ew.remedy(c.Remedy)
-		default:
+		if c.Severity != SeverityOK && c.Severity != SeverityWarning && !c.Ignored {
 			errs = append(errs, c)
+			continue
 		}
+		ew.Check("", c)
 	}
 	if len(errs) > 0 {
-		ew.printf("[preflight] Some fatal errors occurred:\n")
+		ew.Printf("[preflight] Some fatal errors occurred:\n")
 		names := make([]string, len(errs))
 		for i, c := range errs {
-			ew.printf("\t[ERROR %s]: %s\n", c.Name, c.Message)
-			if c.Remedy != "" {
-				ew.printf("\t\tremedy: %s\n", c.Remedy)
-			}
+			ew.Check("\t", c)
 			names[i] = c.Name
 		}
-		ew.printf("[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=%s`\n", strings.Join(names, ","))
+		ew.Printf("[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=%s`\n", strings.Join(names, ","))
 	}
 	s := r.Summary
-	ew.printf("[preflight] %d ok, %d warnings, %d errors", s.OK, s.Warnings, s.Errors)
+	ew.Printf("[preflight] %d ok, %d warnings, %d errors", s.OK, s.Warnings, s.Errors)
 	if s.Ignored > 0 {
-		ew.printf(" (%d ignored)", s.Ignored)
+		ew.Printf(" (%d ignored)", s.Ignored)
 	}
-	ew.printf(": %s\n", r.Status)
+	ew.Printf(": %s\n", r.Status)
 	if len(errs) == 0 && r.Status == StatusFailed {
-		ew.printf("[preflight] Warnings are fatal with --fail-on-warnings\n")
+		ew.Printf("[preflight] Warnings are fatal with --fail-on-warnings\n")
 	}
-	return ew.err
-}
-
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) printf(format string, args ...any) {
-	if e.err == nil {
-		_, e.err = fmt.Fprintf(e.w, format, args...)
-	}
-}
-
-func (e *errWriter) remedy(s string) {
-	if s != "" {
-		e.printf("\tremedy: %s\n", s)
-	}
+	return ew.Err()
 }
 
 // Names returns the names of checks, in order.

@@ -53,7 +53,7 @@ type Env struct {
 // InFlight says whether the sides record holds a repave in flight; the
 // cheap look before taking the node lock.
 func InFlight(l layout.Layout) bool {
-	s, err := state.LoadSides(l.OnRoot(l.StateDir()))
+	s, err := state.Open(l).Sides()
 	return err == nil && s != nil && s.InFlight != nil
 }
 
@@ -62,12 +62,12 @@ func InFlight(l layout.Layout) bool {
 // in flight). On an error the record stays in flight and the next call
 // does what is left.
 func Repave(ctx context.Context, e Env) (*state.Repave, error) {
-	dir := e.Layout.OnRoot(e.Layout.StateDir())
-	sides, err := state.LoadSides(dir)
+	store := state.Open(e.Layout)
+	sides, err := store.Sides()
 	if err != nil || sides == nil || sides.InFlight == nil {
 		return nil, err
 	}
-	applied, err := state.LoadApplied(dir)
+	applied, err := store.Applied()
 	if err != nil {
 		return nil, fmt.Errorf("recover the interrupted repave: %w", err)
 	}
@@ -86,7 +86,7 @@ func Repave(ctx context.Context, e Env) (*state.Repave, error) {
 		}
 	}
 	closed := sides.CloseInterrupted(*applied, e.now())
-	if err := state.SaveSides(dir, *sides); err != nil {
+	if err := store.SaveSides(*sides); err != nil {
 		return nil, fmt.Errorf("recover the interrupted repave: %w", err)
 	}
 	e.log().Info("interrupted repave closed: "+closed.Reason, "result", closed.Result)

@@ -75,13 +75,13 @@ func setup(t *testing.T, active, step string, wasUnschedulable bool) layout.Layo
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.SaveApplied(dir, state.Applied{NodeName: node, Machine: active, KubernetesVersion: "1.35.4", Image: "img:2", ImageDigest: "sha256:2"}); err != nil {
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: node, Machine: active, KubernetesVersion: "1.35.4", Image: "img:2", ImageDigest: "sha256:2"}); err != nil {
 		t.Fatal(err)
 	}
 	s := state.Sides{Active: "kube1", Machines: map[string]state.Side{"kube1": {KubernetesVersion: "1.34.2", ImageDigest: "sha256:1"}},
 		InFlight: &state.Repave{FromMachine: "kube1", ToMachine: "kube2", FromVersion: "1.34.2", ToVersion: "1.35.4",
 			Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Step: step, WasUnschedulable: wasUnschedulable}}
-	if err := state.SaveSides(dir, s); err != nil {
+	if err := state.OpenDir(dir).SaveSides(s); err != nil {
 		t.Fatal(err)
 	}
 	return l
@@ -143,7 +143,7 @@ func TestRepaveConvergesToTheAppliedSide(t *testing.T) {
 				!strings.Contains(rec.Reason, "at its "+tc.step+" step") || !strings.Contains(rec.Reason, "serves on "+tc.applied) {
 				t.Fatalf("closed record %+v", rec)
 			}
-			s, err := state.LoadSides(l.OnRoot(l.StateDir()))
+			s, err := state.Open(l).Sides()
 			if err != nil || s.InFlight != nil || s.Last == nil || s.Last.Result != state.RepaveInterrupted || s.Active != tc.applied {
 				t.Fatalf("sides after recovery: %+v (%v)", s, err)
 			}

@@ -21,11 +21,11 @@ type Repair struct {
 	What string    `json:"what"`
 }
 
-// RecordRepair appends r to the repairs in dir, keeping the last
+// recordRepair appends r to the repairs in dir, keeping the last
 // keptRepairs, atomically (0600). Only the agent writes it, under the
 // node lock.
-func RecordRepair(dir string, r Repair) error {
-	list, err := LastRepairs(dir)
+func recordRepair(dir string, r Repair) error {
+	list, err := lastRepairs(dir)
 	if err != nil {
 		list = nil // a damaged file is replaced, not a reason to stop repairing
 	}
@@ -37,9 +37,9 @@ func RecordRepair(dir string, r Repair) error {
 	return err
 }
 
-// LastRepairs reads the recorded repairs, oldest first; none when there
+// lastRepairs reads the recorded repairs, oldest first; none when there
 // is no file.
-func LastRepairs(dir string) ([]Repair, error) {
+func lastRepairs(dir string) ([]Repair, error) {
 	var list []Repair
 	if _, err := fsutil.ReadJSON(filepath.Join(dir, RepairsFile), &list); err != nil {
 		return nil, err

@@ -60,16 +60,16 @@ type Sides struct {
 	Last     *Repave         `json:"last,omitempty"`
 }
 
-// SaveSides writes s to dir atomically (0600).
-func SaveSides(dir string, s Sides) error {
+// saveSides writes s to dir atomically (0600).
+func saveSides(dir string, s Sides) error {
 	_, err := fsutil.WriteJSON(filepath.Join(dir, SidesFile), s)
 	return err
 }
 
-// LoadSides reads the sides record in dir. A host that joined and never
+// loadSides reads the sides record in dir. A host that joined and never
 // repaved has none: its pair is derived from the applied state (the
 // active side and what it runs). (nil, nil) when neither exists.
-func LoadSides(dir string) (*Sides, error) {
+func loadSides(dir string) (*Sides, error) {
 	var s Sides
 	found, err := fsutil.ReadJSON(filepath.Join(dir, SidesFile), &s)
 	if err != nil {
@@ -81,7 +81,7 @@ func LoadSides(dir string) (*Sides, error) {
 		}
 		return &s, nil
 	}
-	a, err := LoadApplied(dir)
+	a, err := loadApplied(dir)
 	if err != nil || a == nil {
 		return nil, err
 	}

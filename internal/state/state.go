@@ -54,10 +54,10 @@ type Applied struct {
 // edited or torn, and is never trusted silently.
 var ErrChecksum = errors.New("state file does not match its .sha256 sidecar")
 
-// SaveApplied writes the state and its SHA-256 sidecar, both 0600,
+// saveApplied writes the state and its SHA-256 sidecar, both 0600,
 // atomically. The sidecar is written last: a crash in between leaves a
-// mismatch that LoadApplied reports rather than a state that looks valid.
-func SaveApplied(dir string, a Applied) (bool, error) {
+// mismatch that loadApplied reports rather than a state that looks valid.
+func saveApplied(dir string, a Applied) (bool, error) {
 	a.SchemaVersion = 1
 	data, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
@@ -67,7 +67,7 @@ func SaveApplied(dir string, a Applied) (bool, error) {
 	path := filepath.Join(dir, AppliedFile)
 	// A converged re-run must not rewrite the file just because the time
 	// moved: keep the old timestamp when nothing else changed.
-	if old, err := LoadApplied(dir); err == nil && old != nil {
+	if old, err := loadApplied(dir); err == nil && old != nil {
 		b := a
 		b.AppliedAt = old.AppliedAt
 		if same, _ := json.Marshal(b); string(same) == mustJSON(*old) {
@@ -88,8 +88,8 @@ func mustJSON(a Applied) string {
 	return string(b)
 }
 
-// LoadApplied reads the state; (nil, nil) when there is none.
-func LoadApplied(dir string) (*Applied, error) {
+// loadApplied reads the state; (nil, nil) when there is none.
+func loadApplied(dir string) (*Applied, error) {
 	path := filepath.Join(dir, AppliedFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -140,8 +140,8 @@ type Tracker struct {
 	paths map[string]bool
 }
 
-// OpenTracker loads the tracker in dir (empty when absent).
-func OpenTracker(dir string) (*Tracker, error) {
+// openTracker loads the tracker in dir (empty when absent).
+func openTracker(dir string) (*Tracker, error) {
 	t := &Tracker{path: filepath.Join(dir, TrackerFile), paths: map[string]bool{}}
 	var list []string
 	if _, err := fsutil.ReadJSON(t.path, &list); err != nil {

@@ -10,11 +10,11 @@ import (
 
 func TestAppliedRoundTripAndChecksum(t *testing.T) {
 	dir := t.TempDir()
-	if a, err := LoadApplied(dir); a != nil || err != nil {
+	if a, err := OpenDir(dir).Applied(); a != nil || err != nil {
 		t.Fatalf("empty dir: %v %v", a, err)
 	}
 	a := Applied{ConfigFile: "/etc/aks-flex-node/config.json", ConfigSHA256: "ab", Prefix: "/opt/aks-flex-node", NodeName: "n", Machine: "kube1", AppliedAt: time.Unix(100, 0).UTC()}
-	if changed, err := SaveApplied(dir, a); err != nil || !changed {
+	if changed, err := OpenDir(dir).SaveApplied(a); err != nil || !changed {
 		t.Fatalf("save: %v %v", changed, err)
 	}
 	for _, f := range []string{AppliedFile, AppliedFile + ".sha256"} {
@@ -23,13 +23,13 @@ func TestAppliedRoundTripAndChecksum(t *testing.T) {
 			t.Errorf("%s: %v %v", f, fi, err)
 		}
 	}
-	got, err := LoadApplied(dir)
+	got, err := OpenDir(dir).Applied()
 	if err != nil || got.Prefix != a.Prefix || got.SchemaVersion != 1 {
 		t.Fatalf("load: %+v %v", got, err)
 	}
 	// Same state, later time: nothing rewritten.
 	a.AppliedAt = time.Unix(200, 0).UTC()
-	if changed, err := SaveApplied(dir, a); err != nil || changed {
+	if changed, err := OpenDir(dir).SaveApplied(a); err != nil || changed {
 		t.Fatalf("converged save rewrote: %v %v", changed, err)
 	}
 	// Tampering is detected.
@@ -37,21 +37,21 @@ func TestAppliedRoundTripAndChecksum(t *testing.T) {
 	data, _ := os.ReadFile(p)
 	data[10] ^= 1
 	_ = os.WriteFile(p, data, 0o600)
-	if _, err := LoadApplied(dir); !errors.Is(err, ErrChecksum) {
+	if _, err := OpenDir(dir).Applied(); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("tampered: %v", err)
 	}
 }
 
 func TestTrackerDeepestFirst(t *testing.T) {
 	dir := t.TempDir()
-	tr, err := OpenTracker(dir)
+	tr, err := OpenDir(dir).Tracker()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Add("/a", "/a/b/c", "/a/b"); err != nil {
 		t.Fatal(err)
 	}
-	tr2, err := OpenTracker(dir)
+	tr2, err := OpenDir(dir).Tracker()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestTrackerDeepestFirst(t *testing.T) {
 func TestRecordedConfigDigest(t *testing.T) {
 	dir := t.TempDir()
 	sum := ConfigDigest([]byte(`{"agent": {}}`))
-	if _, err := SaveApplied(dir, Applied{ConfigSHA256: sum}); err != nil {
+	if _, err := OpenDir(dir).SaveApplied(Applied{ConfigSHA256: sum}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, AppliedFile))

@@ -27,3 +27,31 @@ func TestDecode(t *testing.T) {
 		}
 	}
 }
+
+type versioned struct {
+	SchemaVersion int    `json:"schemaVersion"`
+	Name          string `json:"name"`
+}
+
+// TestDecodeSpec: a decode error stops at once; otherwise every problem
+// is reported, the schema version's first, each naming the file and the
+// field.
+func TestDecodeSpec(t *testing.T) {
+	version := func(v *versioned) int { return v.SchemaVersion }
+	check := func(v *versioned, bad Bad) {
+		if v.Name == "" {
+			bad("name", "is required")
+		}
+	}
+	if _, err := DecodeSpec("s.json", []byte(`{"schemaVersion":1,"nme":"x"}`), 1, version, check); err == nil || !strings.Contains(err.Error(), `s.json: json: unknown field "nme"`) {
+		t.Fatalf("unknown field: %v", err)
+	}
+	_, err := DecodeSpec("s.json", []byte(`{"schemaVersion":2}`), 1, version, check)
+	if err == nil || err.Error() != "s.json: schemaVersion: 2 is not supported (want 1)\ns.json: name: is required" {
+		t.Fatalf("two problems: %v", err)
+	}
+	v, err := DecodeSpec("s.json", []byte(`{"schemaVersion":1,"name":"x"}`), 1, version, check)
+	if err != nil || v.Name != "x" {
+		t.Fatalf("valid: %+v %v", v, err)
+	}
+}

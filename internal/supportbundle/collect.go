@@ -17,6 +17,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/state"
 )
 
 // maxFile bounds a file read whole; bigger ones keep their end.
@@ -30,6 +31,9 @@ type collector struct {
 	o Options
 	m *Manifest
 	a *archive
+	// applied is the node's applied state, nil when there is none or it
+	// cannot be read (the bundle still collects what it can).
+	applied *state.Applied
 }
 
 func (c *collector) missing(path, reason string) {

@@ -162,12 +162,7 @@ func (c *collector) stateFiles(context.Context) error {
 }
 
 // machine is the node's machine (the applied state's, or the first).
-func (c *collector) machine() string {
-	if c.m.Machine != "" {
-		return c.m.Machine
-	}
-	return layout.MachineBlue
-}
+func (c *collector) machine() string { return c.applied.ActiveMachine() }
 
 // machineFiles: the node's units and configs in each machine there is,
 // read confined to the machine's root. The kubelet's kubeconfigs are

@@ -128,7 +128,8 @@ func Collect(ctx context.Context, o Options) (*Result, error) {
 	host, _ := os.Hostname()
 	m := &Manifest{SchemaVersion: 1, Created: now, Host: host, AgentVersion: buildinfo.Version, JournalsSince: now.Add(-o.Since), MaxBytes: o.MaxBytes}
 	c := &collector{o: o, m: m}
-	if a, err := state.LoadApplied(o.Layout.OnRoot(o.Layout.StateDir())); err == nil && a != nil {
+	if a, err := state.Open(o.Layout).Applied(); err == nil && a != nil {
+		c.applied = a
 		m.Node, m.Machine = a.NodeName, a.Machine
 		_, err := os.Stat(o.Layout.OnRoot(o.Layout.JoinedMarker()))
 		m.Joined = err == nil

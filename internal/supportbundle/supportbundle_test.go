@@ -54,7 +54,7 @@ func joinedHost(t *testing.T) layout.Layout {
 	on := l.OnRoot
 	write(t, on(l.ConfigFile()), `{"azure":{"bootstrapToken":{"token":"q7x9ab.0123456789abcdef"},"servicePrincipal":{"tenantId":"t","clientId":"c","clientSecret":"Pl4nted~Client.Secret_value-42"}},"agent":{"nodeName":"node-1"}}`)
 	write(t, on(l.JoinedMarker()), "")
-	if _, err := state.SaveApplied(on(l.StateDir()), state.Applied{NodeName: "node-1", Machine: "kube1", KubernetesVersion: "1.35.4"}); err != nil {
+	if _, err := state.OpenDir(on(l.StateDir())).SaveApplied(state.Applied{NodeName: "node-1", Machine: "kube1", KubernetesVersion: "1.35.4"}); err != nil {
 		t.Fatal(err)
 	}
 	write(t, on(l.StateDir()+"/upgrade-result"), "result=upgraded\n")

@@ -319,7 +319,7 @@ func (h *crashHost) resetChain(t *testing.T, kind string, tasks []string) {
 // with its sidecar. save-state writes both, the sidecar second, so they
 // agree at every task boundary; only a crash between the two writes (in
 // the middle of save-state, which takes milliseconds and is not crashed
-// mid-task here) leaves a mismatch, by design: LoadApplied reports it and
+// mid-task here) leaves a mismatch, by design: the state store's Applied reports it and
 // the next start rewrites both. checkOldOrNew checks the file is the old
 // or the new one.
 func (h *crashHost) checkStateFile(t *testing.T, kind, step string) {
