@@ -129,7 +129,7 @@ bench-repave: deps
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestRepave$$' ./repave/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
 
 # Fleet join figures (issue 17): N ACL-like hosts (AKS_FLEX_NODE_BENCH_FLEET_N,
-# default 1,2,4,6; 8 needs fs.inotify.max_user_instances above 128) run start at the same moment against one control
+# default 1,2,4,6; make deps raises fs.inotify.max_user_instances to 1024 for 8 or more) run start at the same moment against one control
 # plane, each N on a lab and a control plane of its own: time until all
 # are Ready, the slowest start, the control plane's CPU during the join
 # and idle, routes per host, agent RSS and machine memory per host.
