@@ -177,22 +177,25 @@ func PodRoutes(pn PodNet, peers []Peer, h HostNet) PodRoutePlan {
 	var plan PodRoutePlan
 	var cand []Peer
 	for _, p := range peers {
-		switch {
-		case !p.PodCIDR.IsValid() || !p.PodCIDR.Addr().Is4():
+		if !p.PodCIDR.IsValid() || !p.PodCIDR.Addr().Is4() {
 			plan.Skipped = append(plan.Skipped, p.Name+": no IPv4 pod CIDR")
-		case !p.InternalIP.IsValid() || !p.InternalIP.Is4():
-			plan.Skipped = append(plan.Skipped, p.Name+": no IPv4 InternalIP")
-		default:
-			why := pn.CheckPodCIDR(p.PodCIDR, h)
-			if why == "" {
-				why = pn.CheckNextHop(p.InternalIP, h)
-			}
-			if why != "" {
-				plan.Refused = append(plan.Refused, Refusal{p.Name, why})
-				continue
-			}
-			cand = append(cand, p)
+			continue
 		}
+		// The pod CIDR is judged before the InternalIP is looked for: a
+		// hostile one is told at once, not when an address comes.
+		why := pn.CheckPodCIDR(p.PodCIDR, h)
+		if why == "" && (!p.InternalIP.IsValid() || !p.InternalIP.Is4()) {
+			plan.Skipped = append(plan.Skipped, p.Name+": no IPv4 InternalIP")
+			continue
+		}
+		if why == "" {
+			why = pn.CheckNextHop(p.InternalIP, h)
+		}
+		if why != "" {
+			plan.Refused = append(plan.Refused, Refusal{p.Name, why})
+			continue
+		}
+		cand = append(cand, p)
 	}
 	for i, p := range cand {
 		var clash []string

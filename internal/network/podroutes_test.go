@@ -78,6 +78,7 @@ func TestPodRoutesRefuseHostileNodes(t *testing.T) {
 		why  string
 	}{
 		{Peer{Name: "half", PodCIDR: mp("128.0.0.0/1"), InternalIP: ma("192.168.50.66")}, "overlaps link-local"},
+		{Peer{Name: "half-no-ip-yet", PodCIDR: mp("128.0.0.0/1")}, "overlaps link-local"},
 		{Peer{Name: "lower-half", PodCIDR: mp("0.0.0.0/1"), InternalIP: ma("192.168.50.66")}, `overlaps "this network"`},
 		{Peer{Name: "metadata", PodCIDR: mp("169.254.169.254/32"), InternalIP: ma("192.168.50.66")}, "overlaps link-local"},
 		{Peer{Name: "multicast", PodCIDR: mp("239.1.0.0/24"), InternalIP: ma("192.168.50.66")}, "overlaps multicast"},

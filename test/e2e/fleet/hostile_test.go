@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // podNetOf is what a Node object must never change on a host: every
@@ -55,13 +56,14 @@ func (f *fleet) checkHostileNodes(t *testing.T) {
 	}
 	nodes := f.cp.Client.CoreV1().Nodes()
 	for _, h := range hostile {
-		n, err := nodes.Create(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.name},
-			Spec: corev1.NodeSpec{PodCIDR: h.podCIDR, PodCIDRs: []string{h.podCIDR}}}, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := nodes.Create(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.name},
+			Spec: corev1.NodeSpec{PodCIDR: h.podCIDR, PodCIDRs: []string{h.podCIDR}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.internalIP}}
-		if _, err := nodes.UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		// A merge patch of the status: the controller manager writes the
+		// new Node at once too, and an update would conflict with it.
+		patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, h.internalIP)
+		if _, err := nodes.Patch(f.ctx, h.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 			t.Fatal(err)
 		}
 	}
