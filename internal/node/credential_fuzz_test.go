@@ -34,14 +34,17 @@ func FuzzMachineKubeconfig(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	// One machine per fuzzing process, its two files written anew for
+	// each input (a directory per input would be most of the time).
+	mroot := f.TempDir()
+	for _, p := range []string{KubeletKubeconf, KubeletClientCert} {
+		if err := os.MkdirAll(filepath.Join(mroot, filepath.Dir(p)), 0o755); err != nil {
+			f.Fatal(err)
+		}
+	}
 	f.Fuzz(func(t *testing.T, kubeconf, cert []byte) {
-		mroot := t.TempDir()
 		for p, data := range map[string][]byte{KubeletKubeconf: kubeconf, KubeletClientCert: cert} {
-			host := filepath.Join(mroot, p)
-			if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(host, data, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(mroot, p), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
