@@ -152,6 +152,13 @@ type Networking struct {
 	// takes the Node's spec.podCIDR, which the controller manager
 	// allocates (--allocate-node-cidrs) once the node has registered.
 	PodCIDR string `json:"podCIDR,omitempty"`
+	// ClusterPodCIDR is the cluster's pod range (the controller manager's
+	// --cluster-cidr), in bridge mode. The agent routes to, and spares
+	// from the masquerade, only the other Nodes' pod CIDRs inside it, of
+	// this node's pod CIDR's size: a Node object is cluster data, and
+	// anyone who may write one must not choose the host's routes. Empty:
+	// no routes to other nodes' pods.
+	ClusterPodCIDR string `json:"clusterPodCIDR,omitempty"`
 	// ServiceCIDR is the cluster's Service range, for the overlap checks
 	// (host routes, host addresses); empty checks networking.dnsServiceIP
 	// alone.

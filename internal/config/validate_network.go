@@ -55,6 +55,10 @@ func (v *validator) networking(n *Networking) {
 	if pok && sok && pod.Overlaps(svc) {
 		v.add("networking.podCIDR", "%s overlaps networking.serviceCIDR %s", pod, svc)
 	}
+	if pok && ReservedRange(pod) != "" {
+		v.add("networking.podCIDR", "%s %s", pod, ReservedRange(pod))
+	}
+	v.clusterPodCIDR(n, pod, pok, svc, sok)
 	if dns, err := netip.ParseAddr(n.DNSServiceIP); err == nil && sok && !svc.Contains(dns) {
 		v.add("networking.dnsServiceIP", "%s is not in networking.serviceCIDR %s", dns, svc)
 	}
@@ -112,12 +116,16 @@ func ParseCIDR(s string) (netip.Prefix, string) {
 }
 
 // ClusterRanges are the cluster's own ranges the config names: the pod
-// CIDR, and the service CIDR or, without one, the DNS service IP. A host
+// CIDR and the cluster's pod range, and the service CIDR or, without one,
+// the DNS service IP. A host
 // route into them would take the cluster's traffic off the node.
 func (n *Networking) ClusterRanges() map[string]netip.Prefix {
 	out := map[string]netip.Prefix{}
 	if p, msg := ParseCIDR(n.PodCIDR); n.PodCIDR != "" && msg == "" {
 		out["networking.podCIDR"] = p
+	}
+	if p, msg := ParseCIDR(n.ClusterPodCIDR); n.ClusterPodCIDR != "" && msg == "" {
+		out["networking.clusterPodCIDR"] = p
 	}
 	if p, msg := ParseCIDR(n.ServiceCIDR); n.ServiceCIDR != "" && msg == "" {
 		out["networking.serviceCIDR"] = p
@@ -209,4 +217,65 @@ func InterfaceName(s string) string {
 		return "is not an interface name (1-15 characters, no '/', ':' or spaces)"
 	}
 	return ""
+}
+
+// reservedRanges are the ranges no pod network may touch, IPv4 and IPv6:
+// "this network", loopback, link-local (the metadata endpoint,
+// 169.254.169.254, is in it), multicast, the reserved block with the
+// broadcast address, the unspecified and IPv4-mapped IPv6 addresses.
+var reservedRanges = []struct {
+	p    netip.Prefix
+	what string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "\"this network\""},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (the metadata endpoint's)"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved (with the broadcast address)"},
+	{netip.MustParsePrefix("::/128"), "unspecified"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+}
+
+// ReservedRange is the pod network rule for special addresses: "" when p
+// touches none of them, else which range it overlaps (128.0.0.0/1
+// overlaps link-local and multicast). The config keys and the pod routes
+// the agent takes from the Nodes both use it.
+func ReservedRange(p netip.Prefix) string {
+	for _, r := range reservedRanges {
+		if p.IsValid() && r.p.Overlaps(p) {
+			return fmt.Sprintf("overlaps %s %s", r.what, r.p)
+		}
+	}
+	return ""
+}
+
+// clusterPodCIDR checks networking.clusterPodCIDR against the other
+// ranges: IPv4 (the pod routes are), no reserved range, holding
+// networking.podCIDR, apart from networking.serviceCIDR.
+func (v *validator) clusterPodCIDR(n *Networking, pod netip.Prefix, pok bool, svc netip.Prefix, sok bool) {
+	const path = "networking.clusterPodCIDR"
+	if n.ClusterPodCIDR != "" && n.ClusterCNI() {
+		v.add(path, "%q is set with networking.mode %q: the cluster's CNI routes the pods; remove it, or use mode %q", n.ClusterPodCIDR, n.Mode, NetworkModeBridge)
+		return
+	}
+	cl, ok := v.cidr(path, n.ClusterPodCIDR)
+	if !ok {
+		return
+	}
+	switch {
+	case !cl.Addr().Is4():
+		v.add(path, "%s is not IPv4 (the routes between bridge-mode nodes are IPv4 only)", cl)
+	case ReservedRange(cl) != "":
+		v.add(path, "%s %s", cl, ReservedRange(cl))
+	case cl.Bits() >= 32:
+		v.add(path, "%s leaves no room for a node's pod CIDR", cl)
+	case pok && !(cl.Bits() <= pod.Bits() && cl.Contains(pod.Addr())):
+		v.add("networking.podCIDR", "%s is not inside networking.clusterPodCIDR %s", pod, cl)
+	}
+	if sok && cl.Overlaps(svc) {
+		v.add(path, "%s overlaps networking.serviceCIDR %s", cl, svc)
+	}
 }

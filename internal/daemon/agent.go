@@ -60,7 +60,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {
 			a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClient,
-				PodCIDR: c.Networking.PodCIDR, Window: interval}))
+				PodCIDR: c.Networking.PodCIDR, ClusterPodCIDR: c.Networking.ClusterPodCIDR, Events: rec, Window: interval}))
 		}
 		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
 		if err != nil {

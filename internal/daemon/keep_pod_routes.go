@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
@@ -43,13 +44,19 @@ type PodRouteKeeper struct {
 	// PodCIDR is networking.podCIDR: this node's range when the config
 	// names it (its CNI config uses it then); else the Node's.
 	PodCIDR string
+	// ClusterPodCIDR is networking.clusterPodCIDR: only pod CIDRs inside
+	// it are routed to or spared from the masquerade.
+	ClusterPodCIDR string
+	// Events records the Nodes refused on this node's Node (nil: none).
+	Events *events.Recorder
 	// Window is how long a pass watches before it lists again.
 	Window time.Duration
 	// Net changes the host's routes and nft; its zero value runs ip and
 	// nft.
 	Net network.Cleaner
 
-	applied string // what the host was last made to match
+	applied string            // what the host was last made to match
+	refused map[string]string // the Nodes refused last, and why
 }
 
 // KeepPodRoutes is the loop; it needs the API server.
@@ -182,8 +189,10 @@ func (k *PodRouteKeeper) follow(ctx context.Context, cs kubeclient.Interface, rv
 	}
 }
 
-// match makes the host's pod routes and masquerade what nodes ask for.
-// Nothing while this node's own pod CIDR is not known yet.
+// match makes the host's pod routes and masquerade what nodes ask for,
+// as far as the config allows (network.PodRoutes): a Node refused is
+// neither routed to nor spared from the masquerade. Nothing while this
+// node's own pod CIDR is not known yet, or not one the config allows.
 func (k *PodRouteKeeper) match(ctx context.Context, self string, nodes map[string]*corev1.Node) error {
 	own, _ := netip.ParsePrefix(k.PodCIDR)
 	if !own.IsValid() {
@@ -194,25 +203,26 @@ func (k *PodRouteKeeper) match(ctx context.Context, self string, nodes map[strin
 	if !own.IsValid() {
 		return nil
 	}
+	cluster, _ := netip.ParsePrefix(k.ClusterPodCIDR)
+	pn := network.PodNet{Cluster: cluster, Own: own}
+	if why := pn.CheckOwn(); why != "" {
+		k.report(ctx, self, pn, []network.Refusal{{Node: self, Reason: why}})
+		return nil
+	}
 	var peers []network.Peer
-	var nets []netip.Prefix
 	for name, n := range nodes {
-		if name == self {
-			continue
-		}
-		p := peerOf(n)
-		peers = append(peers, p)
-		if p.PodCIDR.IsValid() {
-			nets = append(nets, p.PodCIDR)
+		if name != self {
+			peers = append(peers, peerOf(n))
 		}
 	}
 	h, err := k.Net.ReadHostNet(ctx)
 	if err != nil {
 		return err
 	}
-	routes, skipped := network.PodRoutes(own, peers, h)
-	rules := network.MasqueradeRules(own, nets)
-	key := fmt.Sprint(routes) + rules
+	plan := network.PodRoutes(pn, peers, h)
+	k.report(ctx, self, pn, plan.Refused)
+	rules := network.MasqueradeRules(own, plan.Spared())
+	key := fmt.Sprint(plan.Routes) + rules
 	if key == k.applied {
 		return nil
 	}
@@ -224,7 +234,7 @@ func (k *PodRouteKeeper) match(ctx context.Context, self string, nodes map[strin
 	if ok, err := k.joined(); err != nil || !ok { // a reset finished meanwhile
 		return err
 	}
-	changed, err := k.Net.ApplyPodRoutes(ctx, routes)
+	changed, err := k.Net.ApplyPodRoutes(ctx, plan.Routes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", keepPodRoutesLoop, err)
 	}
@@ -232,9 +242,36 @@ func (k *PodRouteKeeper) match(ctx context.Context, self string, nodes map[strin
 		return fmt.Errorf("%s: %w", keepPodRoutesLoop, err)
 	}
 	k.applied = key
-	slices.Sort(skipped)
-	k.Log.Info(keepPodRoutesLoop+": the pod routes and masquerade match the Nodes", "pod-cidr", own, "routes", len(routes), "changed", changed, "skipped", skipped)
+	k.Log.Info(keepPodRoutesLoop+": the pod routes and masquerade match the Nodes", "pod-cidr", own, "cluster-pod-cidr", k.ClusterPodCIDR,
+		"routes", len(plan.Routes), "changed", changed, "skipped", plan.Skipped, "refused", len(plan.Refused))
 	return nil
+}
+
+// report names each Node refused, once per reason: a log line, and a
+// Warning Event on this node's Node (the Node authorizer lets a node
+// record Events; client-go's correlator bounds their rate). Without
+// networking.clusterPodCIDR every pod CIDR is refused: that is the
+// config's doing, said in one log line, not an Event per Node.
+func (k *PodRouteKeeper) report(ctx context.Context, self string, pn network.PodNet, refused []network.Refusal) {
+	seen := make(map[string]string, len(refused))
+	var unset []string
+	for _, r := range refused {
+		seen[r.Node] = r.Reason
+		if k.refused[r.Node] == r.Reason {
+			continue
+		}
+		if !pn.Cluster.IsValid() && r.Node != self {
+			unset = append(unset, r.Node)
+			continue
+		}
+		k.Log.Warn(keepPodRoutesLoop+": refused a Node's pod network: no route to it, its pod CIDR is not spared from the masquerade", "node", r.Node, "reason", r.Reason)
+		_ = k.Events.Warning(ctx, events.ReasonPodCIDRRefused, "Node %s refused: %s; no route to it, its pod CIDR is not spared from the masquerade", r.Node, r.Reason)
+	}
+	if len(unset) > 0 {
+		slices.Sort(unset)
+		k.Log.Warn(keepPodRoutesLoop+": networking.clusterPodCIDR is not set: no route to another node's pods; set it to the cluster's pod range (the controller manager's --cluster-cidr)", "nodes", unset)
+	}
+	k.refused = seen
 }
 
 // peerOf is what the routes need of a Node: its first IPv4 pod CIDR and

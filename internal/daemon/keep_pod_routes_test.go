@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -92,7 +93,7 @@ func flexNode(name, ip, cidr string) *corev1.Node {
 // The keeper routes to every other Node's pod CIDR on the host's subnet
 // and follows the Nodes: a pod CIDR allocated later gets its route, a
 // deleted Node loses its own, a Node elsewhere gets none; the masquerade
-// spares every pod CIDR.
+// spares the pod CIDRs routed to.
 func TestPodRouteKeeperFollowsNodes(t *testing.T) {
 	l := joinedLayout(t)
 	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
@@ -108,7 +109,7 @@ func TestPodRouteKeeperFollowsNodes(t *testing.T) {
 		return true, w, err
 	})
 	host := &podNetHost{routes: map[string]bool{}}
-	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: time.Minute,
+	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: time.Minute, ClusterPodCIDR: "10.244.0.0/16",
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -127,7 +128,7 @@ func TestPodRouteKeeperFollowsNodes(t *testing.T) {
 	}
 	waitRoutes(t, host, "10.244.1.0/24 via 192.168.50.11 metric 217")
 	_, rules := host.snapshot()
-	if !strings.Contains(rules, "ip saddr 10.244.0.0/24 ip daddr != { 10.244.0.0/24, 10.244.1.0/24, 10.244.9.0/24, 224.0.0.0/4 } masquerade") {
+	if !strings.Contains(rules, "ip saddr 10.244.0.0/24 ip daddr != { 10.244.0.0/24, 10.244.1.0/24, 224.0.0.0/4 } masquerade") {
 		t.Fatalf("masquerade:\n%s", rules)
 	}
 	nodes := cs.CoreV1().Nodes()
@@ -177,7 +178,7 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 	}
 	host := &podNetHost{routes: map[string]bool{}}
 	cs := fake.NewClientset([]runtime.Object{flexNode("self", "192.168.50.10", ""), flexNode("a", "192.168.50.11", "10.244.1.0/24")}...)
-	k = &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 50 * time.Millisecond,
+	k = &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 50 * time.Millisecond, ClusterPodCIDR: "10.244.0.0/16",
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
 	if err := k.Keep(context.Background()); err != nil {
@@ -207,7 +208,7 @@ func TestPodRouteKeeperWaitsForTheJoin(t *testing.T) {
 	}
 	host := &podNetHost{routes: map[string]bool{}}
 	cs := fake.NewClientset(flexNode("self", "192.168.50.10", "10.244.0.0/24"), flexNode("a", "192.168.50.11", "10.244.1.0/24"))
-	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 5 * time.Second,
+	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 5 * time.Second, ClusterPodCIDR: "10.244.0.0/16",
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -226,4 +227,91 @@ func TestPodRouteKeeperWaitsForTheJoin(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+}
+
+// TestPodRoutesRefuseHostileNodes is issue 26's item 2 at the loop: with
+// the cluster's pod range 10.244.0.0/16, Nodes written to route half of
+// IPv4 and the metadata endpoint through them, and one with an InternalIP
+// off the host's subnets, get no route and no place in the masquerade's
+// exemptions; each is named in a log line and a Warning Event on this
+// node's Node, once; the good peer is routed as before.
+func TestPodRoutesRefuseHostileNodes(t *testing.T) {
+	l := joinedLayout(t)
+	if _, err := state.Open(l).SaveApplied(state.Applied{NodeName: "self", Machine: layout.MachineBlue}); err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset(flexNode("self", "192.168.50.10", "10.244.0.0/24"), flexNode("good", "192.168.50.11", "10.244.1.0/24"),
+		flexNode("half", "192.168.50.66", "128.0.0.0/1"), flexNode("metadata", "192.168.50.67", "169.254.169.254/32"),
+		flexNode("lower", "192.168.50.68", "0.0.0.0/1"), flexNode("off-subnet", "203.0.113.9", "10.244.5.0/24"))
+	client := func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	host := &podNetHost{routes: map[string]bool{}}
+	k := &PodRouteKeeper{Layout: l, Log: log, Window: 50 * time.Millisecond, ClusterPodCIDR: "10.244.0.0/16",
+		Client: client, Events: events.New("self", client, log),
+		Net: network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
+	for range 2 { // the second pass lists again: no second Event
+		if err := k.Keep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routes, rules := host.snapshot()
+	if !slices.Equal(routes, []string{"10.244.1.0/24 via 192.168.50.11 metric 217"}) {
+		t.Errorf("routes %q", routes)
+	}
+	if !strings.Contains(rules, "ip saddr 10.244.0.0/24 ip daddr != { 10.244.0.0/24, 10.244.1.0/24, 224.0.0.0/4 } masquerade") {
+		t.Errorf("masquerade:\n%s", rules)
+	}
+	evs, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	text := logs.String()
+	mu.Unlock()
+	for _, name := range []string{"half", "metadata", "lower", "off-subnet"} {
+		n := 0
+		for _, e := range evs.Items {
+			if e.Reason == events.ReasonPodCIDRRefused && e.InvolvedObject.Name == "self" && strings.Contains(e.Message, "Node "+name+" refused") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d Events name Node %s, want 1", n, name)
+		}
+		if strings.Count(text, "node="+name+" ") != 1 {
+			t.Errorf("log lines naming node=%s, want 1:\n%s", name, text)
+		}
+	}
+	if strings.Contains(text, "node=good ") {
+		t.Errorf("the good peer refused:\n%s", text)
+	}
+
+	// Without networking.clusterPodCIDR nothing is routed or spared, and
+	// one log line says why.
+	k = &PodRouteKeeper{Layout: l, Log: log, Window: 50 * time.Millisecond, Client: client,
+		Net: network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
+	if err := k.Keep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if routes, rules := host.snapshot(); len(routes) != 0 || !strings.Contains(rules, "ip daddr != { 10.244.0.0/24, 224.0.0.0/4 }") {
+		t.Errorf("without networking.clusterPodCIDR: routes %q, rules\n%s", routes, rules)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "networking.clusterPodCIDR is not set") {
+		t.Errorf("no line says networking.clusterPodCIDR is not set:\n%s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

@@ -12,12 +12,12 @@ import (
 // checkAPIServer: the API server answers the node's own credential and
 // says it is this node.
 func checkAPIServer(e *Env) preflight.Check {
-	return preflight.NewCheck(NameAPIServer, "the kubelet's kubeconfig "+node.KubeletKubeconf, func(ctx context.Context) preflight.Result {
+	return preflight.NewCheck(NameAPIServer, "the config's API server, as the kubelet's client certificate "+node.KubeletClientCert, func(ctx context.Context) preflight.Result {
 		p := e.apiServer(ctx)
 		want := "system:node:" + e.nodeName()
 		switch {
 		case p.credErr != nil:
-			return preflight.Error("the kubelet's kubeconfig or its certificate is missing from the machine; aks-flex-node reset, then aks-flex-node start with a valid bootstrap token, makes them again",
+			return preflight.Error("the config names the API server and its CA (node.kubelet.clusterFQDN, caCertData: debug needs a readable config) and the machine holds the kubelet's client certificate; if that is missing, aks-flex-node reset, then aks-flex-node start with a valid bootstrap token, makes it again",
 				"the node's credential: %v", p.credErr)
 		case p.ssrErr != nil && p.ssrCode != 0:
 			return preflight.Error("check that "+p.server+" is a Kubernetes API server (1.28 or later)", "%s answered, but %v", p.server, p.ssrErr)

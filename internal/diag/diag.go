@@ -5,8 +5,8 @@
 // and in the machine, the machine's files), and the debug report.
 //
 // Debug changes nothing, on the host or in the cluster. It talks to the
-// API server with the node's own credential (the kubelet's kubeconfig and
-// client certificate in the machine), so it sees what the kubelet sees
+// API server named in the config with the node's own credential (the
+// kubelet's client certificate in the machine), so it sees what the kubelet sees
 // and may do what the kubelet may do; it reads the machine's files
 // confined to the machine's root (internal/fsutil's ...In functions and
 // internal/fsroot), never through links a running machine could point at
@@ -54,7 +54,7 @@ type Env struct {
 	Layout layout.Layout
 	// Config is the node's config when it could be read: it says whether
 	// the node signs in with an Azure identity (see node.ClientConfig).
-	// Nil diagnoses with the kubelet's kubeconfig alone.
+	// It also names the API server and its CA: nil reaches no API server.
 	Config *config.Config
 	// Exec runs systemctl, machinectl and nsenter; nil runs them.
 	Exec hostos.Runner

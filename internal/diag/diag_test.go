@@ -92,7 +92,7 @@ func TestClockSkew(t *testing.T) {
 		t.Fatalf("skew:\n%s", text(t, r))
 	}
 	f.set(func() { f.skew = -5 * time.Second })
-	f.env = &Env{Layout: f.env.Layout, Exec: f.exec, ProcDir: f.env.ProcDir}
+	f.env = &Env{Layout: f.env.Layout, Config: f.env.Config, Exec: f.exec, ProcDir: f.env.ProcDir}
 	if c := results(Run(context.Background(), f.env))[NameClockSkew]; c.Severity != preflight.SeverityWarning || !strings.Contains(c.Message, "ahead of") {
 		t.Fatalf("5 s skew: %+v", c)
 	}
@@ -156,16 +156,24 @@ func TestNotJoined(t *testing.T) {
 	}
 }
 
-// The machine's files are read inside the machine: a kubeconfig that
-// links out of the machine to a host file is not followed there.
-func TestKubeconfigLinkOutOfMachineNotFollowed(t *testing.T) {
+// The machine's files are read inside the machine: a client certificate
+// that links out of the machine to a host file is not followed there.
+func TestClientCertLinkOutOfMachineNotFollowed(t *testing.T) {
 	f := newFakeNode(t)
-	host := filepath.Join(f.root, "host-secret.conf")
-	mustWrite(t, host, "apiVersion: v1\nkind: Config\n")
-	kc := filepath.Join(f.mroot, node.KubeletKubeconf)
-	os.Remove(kc)
-	rel, _ := filepath.Rel(filepath.Dir(kc), host)
-	os.Symlink(rel, kc)
+	host := filepath.Join(f.root, "host-secret.pem")
+	link := filepath.Join(f.mroot, node.KubeletClientCert)
+	target, err := os.Readlink(link) // absolute inside the machine
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(f.mroot, target))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, host, string(data))
+	os.Remove(link)
+	rel, _ := filepath.Rel(filepath.Dir(link), host)
+	os.Symlink(rel, link)
 	if c := results(Run(context.Background(), f.env))[NameAPIServer]; c.Severity != preflight.SeverityError || !strings.Contains(c.Message, "the node's credential") {
 		t.Fatalf("a link out of the machine was followed: %+v", c)
 	}

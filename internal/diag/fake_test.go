@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
@@ -79,7 +81,12 @@ func newFakeNode(t *testing.T) *fakeNode {
 	hs := &http.Server{Handler: f.health}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
-	f.env = &Env{Layout: l, Exec: f.exec, ProcDir: filepath.Join(root, "proc")}
+	// The config names the API server and its CA; the machine holds only
+	// the kubelet's certificate for the host.
+	c := &config.Config{}
+	c.Node.Kubelet.ClusterFQDN = f.server.URL
+	c.Node.Kubelet.CACertData = base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.ca.Raw}))
+	f.env = &Env{Layout: l, Config: c, Exec: f.exec, ProcDir: filepath.Join(root, "proc")}
 	return f
 }
 

@@ -42,6 +42,10 @@ const (
 	ReasonRolledBack   = "RolledBack"
 	ReasonRepaveFailed = "RepaveFailed"
 	ReasonReset        = "Reset"
+	// ReasonPodCIDRRefused: the agent refused another Node's pod CIDR or
+	// InternalIP (outside networking.clusterPodCIDR, a reserved range, a
+	// next hop off the host's subnets): no route to it.
+	ReasonPodCIDRRefused = "PodCIDRRefused"
 )
 
 // Component is the Events' source and reporting controller.

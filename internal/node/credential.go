@@ -1,11 +1,11 @@
 package node
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
@@ -22,16 +22,50 @@ const (
 	KubeletClientCert = KubeletPKIDir + "/kubelet-client-current.pem"
 )
 
-// maxKubeconfigFile bounds each file hostKubeconfig reads.
-const maxKubeconfigFile = 1 << 20
+// maxClientCert bounds the client certificate file the host reads from
+// the machine (a certificate chain and its key are a few KiB).
+const maxClientCert = 1 << 20
 
-// HostClientConfig is the node's own credential, for use from the host:
-// the kubelet's kubeconfig in the machine at machineRoot, with what it
-// names inlined. What the host does to the Node object (wait for Ready,
-// debug, Events) it does as the node, which is what the Node authorizer
-// lets it do and nothing more.
-func HostClientConfig(machineRoot string) (*rest.Config, error) {
-	return hostKubeconfig(KubeletKubeconf, machineRoot)
+// hostClientConfig is the node's own credential, for use from the host,
+// for the node configured by c whose machine is at machineRoot. The API
+// server and the CA it is checked against are the config's
+// (node.kubelet.clusterFQDN, node.kubelet.caCertData, the README's CA
+// pin); only the client certificate and key come from the machine: the
+// bytes of KubeletClientCert, the link the kubelet keeps at its current
+// certificate, resolved inside the machine and read confined to its
+// rootfs, a regular file only. The machine's kubelet.conf is not read:
+// the running machine owns it, and an exec entry there would run a
+// command on the host as root, a tokenFile would make the host read and
+// send one of its own files, and a server or insecure-skip-tls-verify
+// would send the node's credential where the machine chose. What the
+// host does to the Node object (wait for Ready, debug, Events) it does
+// as the node, which is what the Node authorizer lets it do.
+func hostClientConfig(c *config.Config, machineRoot string) (*rest.Config, error) {
+	if c == nil || c.Node.Kubelet.ClusterFQDN == "" {
+		return nil, fmt.Errorf("the host's client to the API server takes the server and CA from the config (node.kubelet.clusterFQDN, node.kubelet.caCertData), and there is none; the kubelet's client certificate is %s in machine %s", KubeletClientCert, machineRoot)
+	}
+	server, err := config.ServerURL(c.Node.Kubelet.ClusterFQDN)
+	if err != nil {
+		return nil, fmt.Errorf("node.kubelet.clusterFQDN: %w", err)
+	}
+	ca := c.CAPEM()
+	if len(ca) == 0 {
+		return nil, fmt.Errorf("node.kubelet.caCertData is empty: the host's client checks the API server against it")
+	}
+	pem, err := fsutil.ReadFileIn(machineRoot, KubeletClientCert, maxClientCert)
+	if err != nil {
+		return nil, fmt.Errorf("read the kubelet's client certificate %s in machine %s: %w", KubeletClientCert, machineRoot, err)
+	}
+	// Both halves are in the one file; checking the pair here says which
+	// file is wrong, where the first request would only fail its TLS
+	// handshake. The error names no byte of the key.
+	if _, err := tls.X509KeyPair(pem, pem); err != nil {
+		return nil, fmt.Errorf("the kubelet's client certificate %s in machine %s is not a certificate and key in PEM: %w", KubeletClientCert, machineRoot, err)
+	}
+	return &rest.Config{
+		Host:            server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca, CertData: pem, KeyData: pem},
+	}, nil
 }
 
 // ClientConfig is the node's own credential for use from the host, for
@@ -39,10 +73,12 @@ func HostClientConfig(machineRoot string) (*rest.Config, error) {
 // With an Azure identity it is a token for that identity from the host's
 // token cache, the one the kubelet's plugin shares: the kubelet's
 // kubeconfig names the plugin by its path inside the machine, which the
-// host cannot run. Otherwise (or with c nil) it is HostClientConfig.
+// host cannot run. Otherwise it is the kubelet's client certificate with
+// the config's server and CA (hostClientConfig); with c nil there is
+// none.
 func ClientConfig(c *config.Config, l layout.Layout, machineRoot string) (*rest.Config, error) {
 	if c == nil || !c.Azure.Identity() {
-		return HostClientConfig(machineRoot)
+		return hostClientConfig(c, machineRoot)
 	}
 	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
 	if err != nil {
@@ -59,56 +95,4 @@ func ClientConfig(c *config.Config, l layout.Layout, machineRoot string) (*rest.
 			return &identity.Transport{Source: src, Resource: identity.AKSServerID, Base: rt}
 		},
 	}, nil
-}
-
-// hostKubeconfig loads the kubelet's kubeconfig, at path inside the
-// machine at machineRoot, for use from the host. It and the certificate
-// paths in it are resolved inside the machine (the current-certificate
-// link is absolute there) and read confined to its rootfs, regular files
-// only: the running machine owns those files, and a link or a named pipe
-// there must not make the agent read a host file or hang. The
-// certificates are inlined; nothing is written to disk.
-func hostKubeconfig(path, machineRoot string) (*rest.Config, error) {
-	read := func(p string) ([]byte, error) {
-		b, err := fsutil.ReadFileIn(machineRoot, p, maxKubeconfigFile)
-		if err != nil {
-			return nil, fmt.Errorf("read %s in machine %s: %w", p, machineRoot, err)
-		}
-		return b, nil
-	}
-	data, err := read(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.Load(data)
-	if err != nil {
-		return nil, fmt.Errorf("load %s in machine %s: %w", path, machineRoot, err)
-	}
-	for _, ai := range cfg.AuthInfos {
-		if ai.ClientCertificate != "" {
-			if ai.ClientCertificateData, err = read(ai.ClientCertificate); err != nil {
-				return nil, err
-			}
-			ai.ClientCertificate = ""
-		}
-		if ai.ClientKey != "" {
-			if ai.ClientKeyData, err = read(ai.ClientKey); err != nil {
-				return nil, err
-			}
-			ai.ClientKey = ""
-		}
-	}
-	for _, c := range cfg.Clusters {
-		if c.CertificateAuthority != "" {
-			if c.CertificateAuthorityData, err = read(c.CertificateAuthority); err != nil {
-				return nil, err
-			}
-			c.CertificateAuthority = ""
-		}
-	}
-	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return rc, nil
 }

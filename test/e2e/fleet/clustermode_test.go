@@ -106,8 +106,9 @@ func TestClusterMode(t *testing.T) {
 }
 
 // clusterModeConfig is a bridge-mode fleet config set to networking.mode
-// cluster, with the cluster's kube-proxy (the agent's needs the bridge:
-// config validate refuses it in cluster mode).
+// cluster, with the cluster's kube-proxy and no cluster pod range (the
+// agent's kube-proxy needs the bridge, and the routes the range bounds
+// are bridge mode's: config validate refuses both in cluster mode).
 func clusterModeConfig(t *testing.T, data []byte) []byte {
 	var cfg map[string]any
 	if err := json.Unmarshal(data, &cfg); err != nil {
@@ -117,6 +118,7 @@ func clusterModeConfig(t *testing.T, data []byte) []byte {
 	n["mode"] = "cluster"
 	n["kubeProxy"] = "daemonset"
 	delete(n, "kubeProxyMode")
+	delete(n, "clusterPodCIDR") // the cluster's CNI routes the pods
 	out, _ := json.MarshalIndent(cfg, "", "  ")
 	return out
 }

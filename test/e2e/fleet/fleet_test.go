@@ -6,7 +6,10 @@
 // `start`, the other ACL-like host provisioned entirely by the real
 // Ignition from `ignition render` and joined by its first-boot unit. A pod on each node reaches a pod on each other
 // node by pod IP, and the pod answering sees the asking pod's own address
-// (no masquerade between pod networks); deleting a Node removes the routes
+// (no masquerade between pod networks); Node objects an admin writes to
+// route half of IPv4 or the metadata endpoint through them, or with an
+// InternalIP off the hosts' subnet, change no host's routes or masquerade
+// (hostile_test.go); deleting a Node removes the routes
 // to it on the others within seconds; after reset each host's network is
 // as it was before the join.
 package fleet
@@ -99,6 +102,7 @@ func TestFleet(t *testing.T) {
 	f.joinAll(t)
 	f.checkPodCIDRs(t)
 	f.waitRoutes(t, f.members)
+	t.Run("HostileNodeObject", f.checkHostileNodes)
 	f.checkPodToPod(t)
 	f.checkServices(t)
 	gone := f.members[len(f.members)-1]

@@ -10,12 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
 )
 
 // proxyNetworking is a host's networking config: the bundle's CNI
 // version, and the agent's kube-proxy in the spec's mode.
 func proxyNetworking(s spec, cniVersion string) map[string]any {
-	n := map[string]any{"cniVersion": cniVersion, "kubeProxy": "agent"}
+	n := map[string]any{"cniVersion": cniVersion, "kubeProxy": "agent", "clusterPodCIDR": controlplane.PodCIDR}
 	if s.proxyMode != "" {
 		n["kubeProxyMode"] = s.proxyMode
 	}
