@@ -52,9 +52,9 @@ var Names = []string{NameJoined, NameAPIServer, NameClientCert, NameClockSkew, N
 // are the running host's.
 type Env struct {
 	Layout layout.Layout
-	// Config is the node's config when it could be read: it says whether
-	// the node signs in with an Azure identity (see node.ClientConfig).
-	// Nil diagnoses with the kubelet's kubeconfig alone.
+	// Config is the node's config when it could be read (see
+	// node.ClientConfig). Nil diagnoses with the kubelet's kubeconfig
+	// alone.
 	Config *config.Config
 	// Exec runs systemctl, machinectl and nsenter; nil runs them.
 	Exec hostos.Runner

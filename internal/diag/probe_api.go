@@ -60,7 +60,9 @@ func (e *Env) probeAPI(ctx context.Context) apiProbe {
 		p.credErr = err
 		return p
 	}
-	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil || (e.Config != nil && e.Config.Azure.Identity())
+	// A node that joined with an Azure identity has a client certificate
+	// too (it TLS-bootstraps with the identity), and must be its Node.
+	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil
 	cfg.Timeout = e.probeTimeout()
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {

@@ -2,14 +2,12 @@ package node
 
 import (
 	"fmt"
-	"net/http"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
-	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -35,30 +33,14 @@ func HostClientConfig(machineRoot string) (*rest.Config, error) {
 }
 
 // ClientConfig is the node's own credential for use from the host, for
-// the node configured by c on layout l, whose machine is at machineRoot.
-// With an Azure identity it is a token for that identity from the host's
-// token cache, the one the kubelet's plugin shares: the kubelet's
-// kubeconfig names the plugin by its path inside the machine, which the
-// host cannot run. Otherwise (or with c nil) it is HostClientConfig.
+// the node configured by c on layout l, whose machine is at machineRoot:
+// HostClientConfig, whatever the node bootstrapped with. With an Azure
+// identity too the kubelet holds a client certificate for
+// system:node:<name> after its TLS bootstrap, and the host acts as that
+// node, never as the identity, which the cluster lets do nothing but ask
+// for the certificate.
 func ClientConfig(c *config.Config, l layout.Layout, machineRoot string) (*rest.Config, error) {
-	if c == nil || !c.Azure.Identity() {
-		return HostClientConfig(machineRoot)
-	}
-	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("config %s has no Azure identity", l.ConfigFile())
-	}
-	src := &identity.Source{Spec: s, Cache: identity.DirCache(l.OnRoot(l.IdentityDir()))}
-	return &rest.Config{
-		Host:            c.Node.Kubelet.ClusterFQDN,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM()},
-		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-			return &identity.Transport{Source: src, Resource: identity.AKSServerID, Base: rt}
-		},
-	}, nil
+	return HostClientConfig(machineRoot)
 }
 
 // hostKubeconfig loads the kubelet's kubeconfig, at path inside the

@@ -51,11 +51,12 @@ current-context: x
 	}
 }
 
-// TestClientConfigSignsInAsTheIdentity: with an Azure identity the host's
-// client is a token for it (the kubelet's kubeconfig names the plugin by
-// a path inside the machine, which the host cannot run); without one, or
-// with no config, it is the kubelet's kubeconfig in the machine.
-func TestClientConfigSignsInAsTheIdentity(t *testing.T) {
+// TestIdentityNodeIsOnlyANode (issue 26 item 1): with an Azure identity
+// the host's client is the node's own, the kubelet's certificate from its
+// kubeconfig in the machine, never a token for the identity (which the
+// cluster lets do nothing but ask for that certificate). Before the
+// kubelet has one, there is no client, and the error names the file.
+func TestIdentityNodeIsOnlyANode(t *testing.T) {
 	root := t.TempDir()
 	l, err := layout.New(root, "/opt/aks-flex-node", "")
 	if err != nil {
@@ -69,17 +70,29 @@ func TestClientConfigSignsInAsTheIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mroot := t.TempDir() // no kubeconfig: the identity needs none
+	mroot := t.TempDir()
+	for _, cfg := range []*config.Config{c, nil, {}} {
+		if _, err := ClientConfig(cfg, l, mroot); err == nil || !strings.Contains(err.Error(), KubeletKubeconf) {
+			t.Errorf("before the TLS bootstrap: err %v, want the kubelet's kubeconfig named", err)
+		}
+	}
+	pki := filepath.Join(mroot, KubeletPKIDir)
+	_ = os.MkdirAll(pki, 0o755)
+	_ = os.WriteFile(filepath.Join(mroot, KubeletClientCert), []byte("PEMDATA"), 0o600)
+	_ = os.MkdirAll(filepath.Join(mroot, "etc/kubernetes"), 0o755)
+	_ = os.WriteFile(filepath.Join(mroot, KubeletKubeconf), []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: "Zm9v"}}]
+users: [{name: u, user: {client-certificate: `+KubeletClientCert+`, client-key: `+KubeletClientCert+`}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600)
 	rc, err := ClientConfig(c, l, mroot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc.Host != c.Node.Kubelet.ClusterFQDN || rc.WrapTransport == nil || rc.ExecProvider != nil || len(rc.CAData) == 0 {
-		t.Fatalf("identity client config: host %q, wrapped %v, exec %v, CA %d bytes", rc.Host, rc.WrapTransport != nil, rc.ExecProvider, len(rc.CAData))
-	}
-	for _, cfg := range []*config.Config{nil, {}} {
-		if _, err := ClientConfig(cfg, l, mroot); err == nil || !strings.Contains(err.Error(), KubeletKubeconf) {
-			t.Errorf("without an identity: err %v, want the kubelet's kubeconfig named", err)
-		}
+	if string(rc.CertData) != "PEMDATA" || string(rc.KeyData) != "PEMDATA" || rc.WrapTransport != nil || rc.ExecProvider != nil || rc.BearerToken != "" {
+		t.Fatalf("identity node's client: cert %q, wrapped %v, exec %v, bearer %v; want the kubelet's certificate only",
+			rc.CertData, rc.WrapTransport != nil, rc.ExecProvider, rc.BearerToken != "")
 	}
 }
