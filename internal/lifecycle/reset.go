@@ -85,8 +85,9 @@ func recordReset(ctx context.Context, o Options) joinedNode {
 	m := NewMachine(o.Layout, a.Machine, o.Exec)
 	ctx, cancel := context.WithTimeout(ctx, resetEventTimeout)
 	defer cancel()
-	// The config says whether the node signs in with an Azure identity;
-	// without one (gone, or invalid) the kubelet's kubeconfig is tried.
+	// The node's client is the kubelet's kubeconfig in the machine,
+	// whatever it bootstrapped with; the config (gone, or invalid: nil)
+	// is for the Events.
 	var c *config.Config
 	if o.ConfigFile != "" {
 		c, _ = config.Load(o.Layout.OnRoot(o.ConfigFile))

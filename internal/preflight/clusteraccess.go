@@ -121,7 +121,7 @@ func beyondBootstrap(ctx context.Context, c *apiprobe.Client, token string) (exc
 // excessRemedy is how to take the identity's extra powers away.
 func excessRemedy(user string) string {
 	id := objectIDOr(user)
-	return fmt.Sprintf("remove every binding of the identity but cluster prepare's: an earlier version bound it to system:node (kubectl delete clusterrolebinding aks-flex-node:node:%s aks-flex-node:node-proxier:%s); `kubectl get clusterrolebindings,rolebindings -A -o wide | grep %s` lists them", id, id, id)
+	return fmt.Sprintf("remove every binding of the identity but cluster prepare's: an earlier version bound it to system:node (kubectl delete clusterrolebinding aks-flex-node:node:%s aks-flex-node:node-proxier:%s); `kubectl get clusterrolebindings,rolebindings -A -o wide | grep %s` lists them. Nodes joined by that version sign in as the identity until they run start again: apply `cluster prepare --identity %s`, run start on each with --ignore-preflight-errors %s, then remove the bindings", id, id, id, id, NameClusterAccess)
 }
 
 // redactCredential keeps the bootstrap token's secret out of a message
