@@ -173,7 +173,19 @@ func machineKubeconfig(t *testing.T, root string) *rest.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's current-certificate link is absolute inside the
+	// machine: resolve it there.
 	read := func(p string) []byte {
+		for range 8 {
+			target, err := os.Readlink(filepath.Join(root, p))
+			if err != nil {
+				break
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(p), target)
+			}
+			p = target
+		}
 		b, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil {
 			t.Fatal(err)

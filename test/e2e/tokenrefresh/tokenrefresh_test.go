@@ -213,6 +213,9 @@ func clientCert(t *testing.T, machineRoot string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	// The link is absolute inside the machine.
+	if !filepath.IsAbs(target) {
+		target = filepath.Join("/var/lib/kubelet/pki", target)
+	}
 	data, err := os.ReadFile(filepath.Join(machineRoot, target))
 	if err != nil {
 		t.Fatal(err)
