@@ -24,7 +24,7 @@ deps:
 # -timeout: on a cold cache test/fixtures builds the worker image and the
 # bundle (twice, to prove it reproducible) under the race detector, which
 # takes longer than go test's default 10 minutes.
-# test/e2e/tokenrefresh watches a node for 10 minutes, mostly waiting: it
+# test/e2e/tokenrefresh watches a node for 6 minutes, mostly waiting: it
 # starts first, in the background, and runs beside everything else; its
 # output comes at the end and its failure fails the run.
 test: deps build

@@ -51,9 +51,16 @@ node. The token is generated, or read from --token-file when that
 file exists; a new one is written there (mode 0600) when it does not, so the
 same file feeds config generate and a re-run prints the same token.
 
---identity OBJECT_ID: the ClusterRoleBinding that lets the Entra identity
-with that object ID (the username an AKS cluster gives it) run a kubelet: the
-system:node role; and kube-proxy: the system:node-proxier role.
+--identity OBJECT_ID: the bindings that let the Entra identity with that
+object ID (the username an AKS cluster gives it) bootstrap a kubelet and
+nothing more: create the CSR for the node's client certificate and have it
+approved. The kubelet and the agent then sign in with that certificate as
+system:node:<name>, bounded by the Node authorizer, and renew it; the
+bindings every node needs (renewal, reading Nodes, kube-proxy) are printed
+too, as with --bootstrap-token. Versions before this one bound the identity
+to the system:node role, which outside the Node authorizer is cluster-wide:
+remove that binding (kubectl delete clusterrolebinding
+aks-flex-node:node:OBJECT_ID aks-flex-node:node-proxier:OBJECT_ID).
 
 Output holding a token is written mode 0600. Applying it twice changes
 nothing but the token's expiry.
@@ -87,7 +94,7 @@ nothing but the token's expiry.
 				// the binding names must match it exactly.
 				objectID = strings.ToLower(objectID)
 				objs = clusterprep.IdentityObjects(objectID)
-				header = fmt.Sprintf("aks-flex-node cluster prepare --identity %s: the identity may run a kubelet.\nApply with: kubectl apply -f <this file>", objectID)
+				header = fmt.Sprintf("aks-flex-node cluster prepare --identity %s: the identity may bootstrap a kubelet's client certificate, nothing more.\nApply with: kubectl apply -f <this file>", objectID)
 			}
 			data, err := clusterprep.Render(header, objs)
 			if err != nil {

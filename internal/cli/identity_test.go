@@ -97,15 +97,26 @@ func TestClusterPrepareIdentity(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// The identity (its object ID in lowercase, the username Entra's
+	// tokens carry) may only bootstrap a kubelet (issue 26 item 1); the
+	// node-level bindings follow, for system:nodes.
 	docs := yamlDocs(t, out)
-	if len(docs) != 2 {
+	if len(docs) != 6 {
 		t.Fatalf("objects:\n%s", out)
 	}
-	for i, role := range []string{"system:node", "system:node-proxier"} {
+	for i, role := range []string{"system:node-bootstrapper", "system:certificates.k8s.io:certificatesigningrequests:nodeclient"} {
 		if docs[i]["roleRef"].(map[string]any)["name"] != role ||
 			docs[i]["subjects"].([]any)[0].(map[string]any)["name"] != "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee" {
 			t.Errorf("objects:\n%s", out)
 		}
+	}
+	for _, d := range docs[2:] {
+		if s, ok := d["subjects"].([]any); ok && s[0].(map[string]any)["name"] != "system:nodes" {
+			t.Errorf("a node-level binding names %v:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "name: system:node\n") {
+		t.Errorf("binds the system:node role:\n%s", out)
 	}
 	for _, args := range [][]string{{"cluster", "prepare"}, {"cluster", "prepare", "--identity", "x"}, {"cluster", "prepare", "--identity", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "--bootstrap-token"}} {
 		if _, _, code := run(t, args...); code != ExitInvalid {

@@ -3,8 +3,9 @@
 // apply with kubectl (a bootstrap token Secret and the bindings that let
 // its kubelet bootstrap and have its client certificate approved, and
 // its agent read the Nodes for the routes between pod networks, and its
-// kube-proxy read the Services; the bindings an Entra identity needs to
-// run a kubelet and kube-proxy), and the permissions
+// kube-proxy read the Services; for an Entra identity the same, the
+// identity taking the token's place in the TLS bootstrap and granted
+// nothing else), and the permissions
 // preflight's cluster-access check asks the API server about, which are
 // the same facts seen from the node.
 package clusterprep
@@ -34,7 +35,6 @@ const (
 	nodeBootstrapperRole = "system:node-bootstrapper"
 	nodeClientRole       = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
 	selfNodeClientRole   = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
-	nodeRole             = "system:node"
 	nodeProxierRole      = "system:node-proxier"
 )
 
@@ -81,28 +81,23 @@ var BootstrapTokenPermissions = []Permission{
 	{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "nodeclient"},
 }
 
-// KubeletPermissions are what a kubelet that signs in with an Entra
-// identity does (the system:node role grants them; the Node authorizer
-// only knows nodes with certificates): register and update its Node, keep
-// its lease, follow and report its pods, read what they mount, get their
-// service account tokens, record events.
-var KubeletPermissions = []Permission{
-	{Verb: "create", Resource: "nodes"},
-	{Verb: "get", Resource: "nodes"},
-	{Verb: "watch", Resource: "nodes"},
+// IdentityPermissions are what an Entra identity needs for the kubelet's
+// TLS bootstrap, and all it is granted: the bootstrap token's.
+var IdentityPermissions = BootstrapTokenPermissions
+
+// BeyondBootstrap are things a bootstrap credential must not be allowed:
+// what one compromised host would do with a credential the Node
+// authorizer does not bound (issue 26: read a kube-system Secret, mint a
+// token for a kube-system ServiceAccount, run a pod in kube-system,
+// rewrite a Node's status or put a taint on it). An identity allowed any
+// of them was bound more than cluster prepare grants, such as the
+// system:node role an earlier version bound it to.
+var BeyondBootstrap = []Permission{
+	{Verb: "get", Resource: "secrets", Namespace: "kube-system"},
+	{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "kube-system"},
+	{Verb: "create", Resource: "pods", Namespace: "kube-system"},
 	{Verb: "patch", Resource: "nodes", Subresource: "status"},
-	{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"},
-	{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"},
-	{Verb: "list", Resource: "pods"},
-	{Verb: "watch", Resource: "pods"},
-	{Verb: "patch", Resource: "pods", Subresource: "status"},
-	{Verb: "create", Resource: "events"},
-	{Verb: "list", Resource: "services"},
-	{Verb: "get", Resource: "configmaps"},
-	{Verb: "get", Resource: "secrets"},
-	{Verb: "create", Resource: "serviceaccounts", Subresource: "token"},
-	{Verb: "create", Group: "storage.k8s.io", Resource: "csinodes"},
-	{Verb: "list", Group: "node.k8s.io", Resource: "runtimeclasses"},
+	{Verb: "patch", Resource: "nodes"},
 }
 
 // BootstrapToken is a token in the id.secret form.
@@ -163,10 +158,20 @@ func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
 			"auth-extra-groups":              BootstrapGroup,
 		},
 	}
-	return []any{
+	return append([]any{
 		secret,
 		binding("aks-flex-node:kubelet-bootstrap", nodeBootstrapperRole, group(BootstrapGroup)),
 		binding("aks-flex-node:node-autoapprove-bootstrap", nodeClientRole, group(BootstrapGroup)),
+	}, nodeObjects()...)
+}
+
+// nodeObjects are what every node, as system:node:<name> in system:nodes,
+// is granted beyond what the Node authorizer gives it, whatever it
+// bootstrapped with: renewing its own client certificate, reading the
+// Nodes, running kube-proxy. Both kinds of cluster prepare print them,
+// under the same names, so applying both changes nothing.
+func nodeObjects() []any {
+	return []any{
 		binding("aks-flex-node:node-autoapprove-certificate-rotation", selfNodeClientRole, group("system:nodes")),
 		nodeReaderRole(),
 		binding(NodeReaderRole, NodeReaderRole, group("system:nodes")),
@@ -181,18 +186,7 @@ func BootstrapTokenObjects(t BootstrapToken, expires time.Time) []any {
 // as the e2e's 1.35 API server does), and leaves the rest to RBAC; this
 // role is that rest. It reads Nodes only, what every node could read
 // before that change.
-// An Entra identity needs no more: the system:node role already lets it
-// list and watch Nodes.
 const NodeReaderRole = "aks-flex-node:node-reader"
-
-// KubeProxyPermissions are what the agent's kube-proxy (networking.kubeProxy
-// agent), which signs in as the node, reads beyond what the kubelet does:
-// the system:node-proxier role grants them.
-var KubeProxyPermissions = []Permission{
-	{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"},
-	{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"},
-	{Verb: "watch", Resource: "services"},
-}
 
 // NodeReaderPermissions are what the agent's keep-pod-routes loop does.
 var NodeReaderPermissions = []Permission{
@@ -208,15 +202,27 @@ func nodeReaderRole() *rbacv1.ClusterRole {
 	}
 }
 
-// IdentityObjects is the binding that lets the Entra identity with object
-// ID objectID (its username, by the cluster's claim mapping) run a
-// kubelet: the system:node role.
+// IdentityObjects are the bindings that let the Entra identity with
+// object ID objectID (its username, by the cluster's claim mapping)
+// bootstrap a kubelet, and nothing more: create and watch the CSR for the
+// node's client certificate (system:node-bootstrapper), and have the
+// controller-manager's csrapproving controller approve it (it asks
+// whether the requester may create certificatesigningrequests/nodeclient).
+// The kubelet and the agent then sign in with that certificate as
+// system:node:<name> in system:nodes, which the Node authorizer and
+// NodeRestriction bound, and renew it as that node (nodeObjects). The
+// identity is never bound to the system:node role: the Node authorizer
+// narrows that role only for users named system:node:<name>, and for any
+// other user it grants its rules cluster-wide.
+//
+// Like a bootstrap token, the identity may ask for a certificate for any
+// node name: what it bootstraps is a node, not a particular one.
 func IdentityObjects(objectID string) []any {
 	user := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: objectID}}
-	return []any{
-		binding("aks-flex-node:node:"+objectID, nodeRole, user),
-		binding(NodeProxierBinding+":"+objectID, nodeProxierRole, user),
-	}
+	return append([]any{
+		binding("aks-flex-node:identity-bootstrap:"+objectID, nodeBootstrapperRole, user),
+		binding("aks-flex-node:identity-autoapprove:"+objectID, nodeClientRole, user),
+	}, nodeObjects()...)
 }
 
 func group(name string) []rbacv1.Subject {

@@ -70,3 +70,65 @@ func TestBootstrapTokenObjectsLetNodesReadNodes(t *testing.T) {
 		t.Fatalf("role %v, bound to system:nodes %v", role, bound)
 	}
 }
+
+// TestIdentityNodeIsOnlyANode (issue 26 item 1): what `cluster prepare
+// --identity` prints grants the identity nothing but creating and watching
+// the CSR for a node's client certificate and having it approved (the
+// bootstrap token's grants); no binding names the system:node role, which
+// outside the Node authorizer grants its rules cluster-wide. The bindings
+// every node needs are for the group system:nodes, the same objects the
+// bootstrap-token output has.
+func TestIdentityNodeIsOnlyANode(t *testing.T) {
+	const oid = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+	objs := IdentityObjects(oid)
+	var toIdentity []string
+	for _, o := range objs {
+		b, ok := o.(*rbacv1.ClusterRoleBinding)
+		if !ok {
+			if r, ok := o.(*rbacv1.ClusterRole); !ok || r.Name != NodeReaderRole {
+				t.Errorf("unexpected object %T %+v", o, o)
+			}
+			continue
+		}
+		if b.RoleRef.Name == "system:node" {
+			t.Errorf("binding %s grants the system:node role", b.Name)
+		}
+		for _, s := range b.Subjects {
+			switch {
+			case s.Kind == rbacv1.UserKind && s.Name == oid:
+				toIdentity = append(toIdentity, b.RoleRef.Name)
+			case s.Kind == rbacv1.GroupKind && s.Name == "system:nodes":
+			default:
+				t.Errorf("binding %s names %s %s: want the identity or system:nodes only", b.Name, s.Kind, s.Name)
+			}
+		}
+	}
+	slices.Sort(toIdentity)
+	if want := []string{nodeClientRole, nodeBootstrapperRole}; !slices.Equal(toIdentity, want) {
+		t.Errorf("the identity is bound to %v, want %v only", toIdentity, want)
+	}
+	// The node-level objects are the bootstrap token's, by name and role.
+	tokenObjs := BootstrapTokenObjects(BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}, time.Now())
+	nodeLevel := func(objs []any) (names []string) {
+		for _, o := range objs {
+			if b, ok := o.(*rbacv1.ClusterRoleBinding); ok && len(b.Subjects) == 1 && b.Subjects[0].Name == "system:nodes" {
+				names = append(names, b.Name+"="+b.RoleRef.Name)
+			}
+		}
+		return names
+	}
+	if a, b := nodeLevel(objs), nodeLevel(tokenObjs); !slices.Equal(a, b) || !slices.Contains(a, "aks-flex-node:node-autoapprove-certificate-rotation="+selfNodeClientRole) {
+		t.Errorf("node-level bindings: identity %v, token %v; want the same, renewal among them", a, b)
+	}
+	data, err := Render("header", objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "name: system:node\n") {
+		t.Errorf("rendered output binds system:node:\n%s", data)
+	}
+	// What preflight asks of the identity is exactly what these grant.
+	if !slices.Equal(IdentityPermissions, BootstrapTokenPermissions) {
+		t.Errorf("identity permissions %v", IdentityPermissions)
+	}
+}

@@ -52,9 +52,8 @@ var Names = []string{NameJoined, NameAPIServer, NameClientCert, NameClockSkew, N
 // are the running host's.
 type Env struct {
 	Layout layout.Layout
-	// Config is the node's config when it could be read: it says whether
-	// the node signs in with an Azure identity (see node.ClientConfig).
-	// It also names the API server and its CA: nil reaches no API server.
+	// Config is the node's config when it could be read: it names the API
+	// server and its CA (see node.ClientConfig); nil reaches no API server.
 	Config *config.Config
 	// Exec runs systemctl, machinectl and nsenter; nil runs them.
 	Exec hostos.Runner

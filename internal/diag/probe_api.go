@@ -60,7 +60,9 @@ func (e *Env) probeAPI(ctx context.Context) apiProbe {
 		p.credErr = err
 		return p
 	}
-	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil || (e.Config != nil && e.Config.Azure.Identity())
+	// A node that joined with an Azure identity has a client certificate
+	// too (it TLS-bootstraps with the identity), and must be its Node.
+	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil
 	// debug's own bound per probe (Env.ProbeTimeout), not a named
 	// policy: the command's overall budget is split between its probes.
 	hc, err := kubeclient.HTTPClient(cfg, kubeclient.Policy{Timeout: e.probeTimeout()})

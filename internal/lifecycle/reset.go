@@ -85,9 +85,10 @@ func recordReset(ctx context.Context, o Options) joinedNode {
 	m := NewMachine(o.Layout, a.Machine, o.Exec)
 	ctx, cancel := context.WithTimeout(ctx, resetEventTimeout)
 	defer cancel()
-	// The config says whether the node signs in with an Azure identity,
-	// and names the API server and its CA; without one (gone, or invalid)
-	// there is no client: the machine's kubeconfig is not trusted.
+	// The node's client is the config's server and CA with the kubelet's
+	// certificate, whatever it bootstrapped with; without a config (gone,
+	// or invalid) there is no client: the machine's kubeconfig is not
+	// trusted.
 	var c *config.Config
 	if o.ConfigFile != "" {
 		c, _ = config.Load(o.Layout.OnRoot(o.ConfigFile))

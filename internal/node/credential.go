@@ -3,13 +3,11 @@ package node
 import (
 	"crypto/tls"
 	"fmt"
-	"net/http"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
-	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -69,30 +67,13 @@ func hostClientConfig(c *config.Config, machineRoot string) (*rest.Config, error
 }
 
 // ClientConfig is the node's own credential for use from the host, for
-// the node configured by c on layout l, whose machine is at machineRoot.
-// With an Azure identity it is a token for that identity from the host's
-// token cache, the one the kubelet's plugin shares: the kubelet's
-// kubeconfig names the plugin by its path inside the machine, which the
-// host cannot run. Otherwise it is the kubelet's client certificate with
-// the config's server and CA (hostClientConfig); with c nil there is
-// none.
+// the node configured by c on layout l, whose machine is at machineRoot:
+// the kubelet's client certificate with the config's server and CA
+// (hostClientConfig), whatever the node bootstrapped with. With an Azure
+// identity too the kubelet holds a client certificate for
+// system:node:<name> after its TLS bootstrap, and the host acts as that
+// node, never as the identity, which the cluster lets do nothing but ask
+// for the certificate. With c nil there is none.
 func ClientConfig(c *config.Config, l layout.Layout, machineRoot string) (*rest.Config, error) {
-	if c == nil || !c.Azure.Identity() {
-		return hostClientConfig(c, machineRoot)
-	}
-	s, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("config %s has no Azure identity", l.ConfigFile())
-	}
-	src := &identity.Source{Spec: s, Cache: identity.DirCache(l.OnRoot(l.IdentityDir()))}
-	return &rest.Config{
-		Host:            c.Node.Kubelet.ClusterFQDN,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM()},
-		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-			return &identity.Transport{Source: src, Resource: identity.AKSServerID, Base: rt}
-		},
-	}, nil
+	return hostClientConfig(c, machineRoot)
 }

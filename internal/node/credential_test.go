@@ -272,12 +272,13 @@ func TestHostClientReadsTheCertificateInsideTheMachine(t *testing.T) {
 	}
 }
 
-// TestClientConfigSignsInAsTheIdentity: with an Azure identity the host's
-// client is a token for it (the kubelet's kubeconfig names the plugin by
-// a path inside the machine, which the host cannot run); without one the
-// config's server and CA with the kubelet's certificate; with no config,
-// or one without a server, none.
-func TestClientConfigSignsInAsTheIdentity(t *testing.T) {
+// TestIdentityNodeIsOnlyANode (issue 26 item 1): with an Azure identity
+// the host's client is the node's own, the config's server and CA with the
+// kubelet's client certificate from the machine, never a token for the
+// identity (which the cluster lets do nothing but ask for that
+// certificate). Before the kubelet has one there is no client, and the
+// error names the file; with no config, or one without a server, none.
+func TestIdentityNodeIsOnlyANode(t *testing.T) {
 	root := t.TempDir()
 	l, err := layout.New(root, "/opt/aks-flex-node", "")
 	if err != nil {
@@ -291,13 +292,17 @@ func TestClientConfigSignsInAsTheIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mroot := t.TempDir() // no kubeconfig: the identity needs none
+	if _, err := ClientConfig(c, l, t.TempDir()); err == nil || !strings.Contains(err.Error(), KubeletClientCert) {
+		t.Errorf("before the TLS bootstrap: err %v, want the kubelet's client certificate named", err)
+	}
+	mroot := machineWith(t, clientPEM(t), "")
 	rc, err := ClientConfig(c, l, mroot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc.Host != c.Node.Kubelet.ClusterFQDN || rc.WrapTransport == nil || rc.ExecProvider != nil || len(rc.CAData) == 0 {
-		t.Fatalf("identity client config: host %q, wrapped %v, exec %v, CA %d bytes", rc.Host, rc.WrapTransport != nil, rc.ExecProvider, len(rc.CAData))
+	if len(rc.CertData) == 0 || len(rc.KeyData) == 0 || len(rc.CAData) == 0 || rc.WrapTransport != nil || rc.ExecProvider != nil || rc.BearerToken != "" || rc.BearerTokenFile != "" {
+		t.Fatalf("identity node's client: cert %d bytes, CA %d bytes, wrapped %v, exec %v, bearer %v; want the config's CA and the kubelet's certificate only",
+			len(rc.CertData), len(rc.CAData), rc.WrapTransport != nil, rc.ExecProvider, rc.BearerToken != "")
 	}
 	for _, cfg := range []*config.Config{nil, {}} {
 		if _, err := ClientConfig(cfg, l, mroot); err == nil || !strings.Contains(err.Error(), "node.kubelet.clusterFQDN") {

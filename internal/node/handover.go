@@ -12,10 +12,8 @@ import (
 )
 
 // identityFiles are the files outside the PKI dir that carry the node's
-// identity: the kubeconfig the kubelet wrote after its TLS bootstrap
-// (with an Azure identity it is the plugin's, which start renders, and
-// the credential itself is the host's identity dir, bound into both
-// sides).
+// identity: the kubeconfig the kubelet wrote after its TLS bootstrap,
+// with a bootstrap token or an Azure identity alike.
 var identityFiles = []string{KubeletKubeconf}
 
 // maxIdentityFile bounds each file HandOver copies.

@@ -37,10 +37,10 @@ func renderKubeletConfig(in *inputs) ([]byte, error) {
 		FailCgroupV1:             in.o.FailCgroupV1,
 		ContainerRuntimeEndpoint: "unix://" + ContainerdSocket,
 		MaxPods:                  in.maxPods,
-		// With an Azure identity there is no client certificate to
-		// rotate: the kubelet signs in with the plugin's tokens. Rotation
-		// on would make it drop them for a certificate it cannot get.
-		RotateCertificates: !in.identity,
+		// The client certificate is renewed through a CSR the kubelet
+		// signs with its current certificate (selfnodeclient), whatever
+		// credential bootstrapped it.
+		RotateCertificates: true,
 		// Serving certificates stay self-signed: a CSR for them needs an
 		// approver the cluster may not run, and a pending one breaks logs
 		// and exec.
@@ -101,22 +101,25 @@ func parseTaint(s string) (corev1.Taint, error) {
 // and labels. Each value was checked against unitArgRE, so none needs
 // quoting for systemd.
 func renderKubeletUnit(in *inputs) ([]byte, error) {
-	bootstrap := BootstrapKubeconf
-	if in.identity {
-		bootstrap = ""
-	}
 	return genfile.Render(genfile.KubeletUnit, struct {
 		ContainerdUnit, Binary, ConfigFile, BootstrapKubeconfig, Kubeconfig string
 		NodeName, NodeIP, NodeLabels                                        string
 	}{
-		ContainerdUnitName, KubeletBinary, KubeletConfigFile, bootstrap, KubeletKubeconf,
+		ContainerdUnitName, KubeletBinary, KubeletConfigFile, BootstrapKubeconf, KubeletKubeconf,
 		in.nodeName, in.nodeIP, strings.Join(in.labels, ","),
 	})
 }
 
-// renderBootstrapKubeconfig renders the kubeconfig the kubelet uses once,
-// for TLS bootstrap with the bootstrap token; it then writes its own
-// KubeletKubeconf with the certificate it was issued.
+// renderBootstrapKubeconfig renders the kubeconfig the kubelet uses only
+// for its TLS bootstrap: to create the CSR for its client certificate
+// (subject system:node:<name>, organisation system:nodes) and watch it be
+// approved; it then writes its own KubeletKubeconf with the certificate
+// it was issued, and renews that certificate with itself. The bootstrap
+// credential is the bootstrap token, or with an Azure identity a token
+// for the identity from the credential plugin (token kubelogin), which
+// reads the identity dir bound into the machine. Either way the cluster
+// grants it nothing but that CSR (clusterprep), so what the node can do
+// is what the Node authorizer and NodeRestriction let a node do.
 func renderBootstrapKubeconfig(in *inputs) ([]byte, error) {
 	const name = "default"
 	cfg := clientcmdapi.NewConfig()
@@ -125,7 +128,16 @@ func renderBootstrapKubeconfig(in *inputs) ([]byte, error) {
 	cluster.CertificateAuthorityData = in.caPEM
 	cfg.Clusters[name] = cluster
 	user := clientcmdapi.NewAuthInfo()
-	user.Token = in.token
+	if in.identity {
+		user.Exec = &clientcmdapi.ExecConfig{
+			APIVersion:      "client.authentication.k8s.io/v1",
+			Command:         CredentialPlugin,
+			Args:            []string{"token", "kubelogin", "--identity-dir", HostIdentityDir, "--server-id", in.serverID},
+			InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+		}
+	} else {
+		user.Token = in.token
+	}
 	cfg.AuthInfos["kubelet-bootstrap"] = user
 	ctx := clientcmdapi.NewContext()
 	ctx.Cluster = name
@@ -144,30 +156,3 @@ func renderBootstrapKubeconfig(in *inputs) ([]byte, error) {
 // server application (identity.AKSServerID; node does not import identity
 // and the Azure SDK with it).
 const AKSServerID = "6dae42f8-4368-4678-94ff-3960e28e3630"
-
-// renderPluginKubeconfig renders the kubelet's kubeconfig for a node that
-// joins with an Azure identity: every request carries a token from the
-// credential plugin (token kubelogin), which reads the identity dir bound
-// into the machine. Nothing in it is secret.
-func renderPluginKubeconfig(in *inputs) ([]byte, error) {
-	const name = "default"
-	cfg := clientcmdapi.NewConfig()
-	cluster := clientcmdapi.NewCluster()
-	cluster.Server = in.server
-	cluster.CertificateAuthorityData = in.caPEM
-	cfg.Clusters[name] = cluster
-	user := clientcmdapi.NewAuthInfo()
-	user.Exec = &clientcmdapi.ExecConfig{
-		APIVersion:      "client.authentication.k8s.io/v1",
-		Command:         CredentialPlugin,
-		Args:            []string{"token", "kubelogin", "--identity-dir", HostIdentityDir, "--server-id", in.serverID},
-		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
-	}
-	cfg.AuthInfos["kubelet"] = user
-	ctx := clientcmdapi.NewContext()
-	ctx.Cluster = name
-	ctx.AuthInfo = "kubelet"
-	cfg.Contexts[name] = ctx
-	cfg.CurrentContext = name
-	return clientcmd.Write(*cfg)
-}

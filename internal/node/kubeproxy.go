@@ -21,8 +21,8 @@ import (
 //
 // It signs in with the kubelet's own kubeconfig (KubeletKubeconf): the
 // node's identity, the client certificate the kubelet rotates (client-go
-// reloads a certificate file when it changes) or the Entra credential
-// plugin. A credential of its own would be one more secret to issue, store,
+// reloads a certificate file when it changes), whatever credential
+// bootstrapped it. A credential of its own would be one more secret to issue, store,
 // rotate and revoke for the same machine; the price is that the node's
 // identity must be allowed what kube-proxy reads (endpointslices), which
 // `cluster prepare` grants (clusterprep.NodeProxierBinding).

@@ -214,6 +214,48 @@ func TestBootstrapKubeconfigLoads(t *testing.T) {
 	}
 }
 
+// TestIdentityBootstrapKubeconfig (issue 26 item 1): a node that joins
+// with an Azure identity TLS-bootstraps like a token node: the plugin's
+// token is only the bootstrap credential, the kubelet writes its own
+// kubeconfig with the certificate it is issued and rotates it, so it acts
+// as system:node:<name> under the Node authorizer. Start renders no
+// kubelet.conf that signs every request as the identity.
+func TestIdentityBootstrapKubeconfig(t *testing.T) {
+	m := renderMap(t, identityConfig(), cases["cgroupv2"])
+	if f, ok := m[KubeletKubeconf]; ok {
+		t.Fatalf("identity join renders %s, which the kubelet would use instead of bootstrapping:\n%s", KubeletKubeconf, f.Data)
+	}
+	f, ok := m[BootstrapKubeconf]
+	if !ok {
+		t.Fatalf("identity join renders no %s", BootstrapKubeconf)
+	}
+	if f.Secret || f.Mode != 0o600 {
+		t.Errorf("%s: secret %v mode %v; it holds no secret, mode 0600", BootstrapKubeconf, f.Secret, f.Mode)
+	}
+	cfg, err := clientcmd.Load(f.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	if user == nil || user.Exec == nil || user.Token != "" || user.ClientCertificate != "" {
+		t.Fatalf("bootstrap user %+v: want the credential plugin only", user)
+	}
+	if user.Exec.Command != CredentialPlugin || strings.Join(user.Exec.Args, " ") != "token kubelogin --identity-dir "+HostIdentityDir+" --server-id "+AKSServerID {
+		t.Errorf("plugin %s %v", user.Exec.Command, user.Exec.Args)
+	}
+	var kc kubeletv1beta1.KubeletConfiguration
+	if err := yaml.UnmarshalStrict(m[KubeletConfigFile].Data, &kc); err != nil {
+		t.Fatal(err)
+	}
+	if !kc.RotateCertificates {
+		t.Error("identity node: rotateCertificates off; its client certificate would expire")
+	}
+	unit := string(m[KubeletUnitFile].Data)
+	if !strings.Contains(unit, "--bootstrap-kubeconfig="+BootstrapKubeconf) || !strings.Contains(unit, "--kubeconfig="+KubeletKubeconf) {
+		t.Errorf("kubelet unit does not bootstrap:\n%s", unit)
+	}
+}
+
 func TestKubeletConfigParses(t *testing.T) {
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {

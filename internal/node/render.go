@@ -112,13 +112,12 @@ func Render(c *config.Config, opts Options) ([]File, error) {
 	steps := []step{
 		{ClusterCAFile, 0o644, false, func(in *inputs) ([]byte, error) { return in.caPEM, nil }},
 	}
-	if in.identity {
-		// No TLS bootstrap: the kubelet signs every request with a token
-		// from the plugin.
-		steps = append(steps, step{KubeletKubeconf, 0o600, false, renderPluginKubeconfig})
-	} else {
-		steps = append(steps, step{BootstrapKubeconf, 0o600, true, renderBootstrapKubeconfig})
-	}
+	// Either way the kubelet TLS-bootstraps: the bootstrap credential (a
+	// token, or the identity through the plugin) only asks for the
+	// node's client certificate, and the kubelet and the agent then act
+	// as system:node:<name>, which the Node authorizer and
+	// NodeRestriction bound (DESIGN decision 10).
+	steps = append(steps, step{BootstrapKubeconf, 0o600, !in.identity, renderBootstrapKubeconfig})
 	steps = append(steps, []step{
 		{KubeletConfigFile, 0o644, false, renderKubeletConfig},
 		{ContainerdConfig, 0o644, false, renderContainerdConfig},
@@ -170,11 +169,10 @@ func enabledUnits(o Options, kubeProxy bool) []string {
 // staleFiles are the files Render produces only in some modes; Write
 // removes those the current mode does not produce, so a host that changed
 // cgroup mode converges instead of keeping a unit that remounts nothing,
-// one that changed from a bootstrap token to an identity keeps no
-// token, one moved to networking.mode cluster keeps no bridge config, and
+// one moved to networking.mode cluster keeps no bridge config, and
 // one whose kube-proxy is the cluster's DaemonSet's keeps no unit of the
 // agent's.
-func staleFiles(o Options, identity, clusterCNI, kubeProxy bool) []string {
+func staleFiles(o Options, clusterCNI, kubeProxy bool) []string {
 	var stale []string
 	if clusterCNI {
 		// A node moved from bridge to cluster mode: containerd loads the
@@ -187,9 +185,6 @@ func staleFiles(o Options, identity, clusterCNI, kubeProxy bool) []string {
 	if !o.CgroupV1 {
 		stale = append(stale, wantsDir+"/"+CgroupRWUnitName, CgroupRWUnitFile, CgroupRWScript)
 	}
-	if identity {
-		stale = append(stale, BootstrapKubeconf)
-	}
 	return stale
 }
 
@@ -201,7 +196,7 @@ type inputs struct {
 	server    string
 	caPEM     []byte
 	token     string
-	identity  bool // the kubelet signs in with an Azure identity
+	identity  bool // the kubelet bootstraps with an Azure identity
 	serverID  string
 	nodeName  string
 	nodeIP    string

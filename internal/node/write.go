@@ -45,7 +45,6 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 		changed = changed || ch
 		files = append(files, f.Path)
 	}
-	identity := c.Azure.Identity()
 	if c.Networking.ClusterCNI() {
 		// The cluster's CNI installs its config here (its plugins go to
 		// nodedirs.CNIBin, which the bundle's install made): the dir
@@ -55,23 +54,22 @@ func Write(machineRoot string, c *config.Config, opts Options) (changed bool, fi
 			return changed, files, fmt.Errorf("make %s in machine %s: %w", CNIConfDir, machineRoot, err)
 		}
 	}
-	for _, p := range staleFiles(o, identity, c.Networking.ClusterCNI(), c.Networking.AgentKubeProxy()) {
+	for _, p := range staleFiles(o, c.Networking.ClusterCNI(), c.Networking.AgentKubeProxy()) {
 		removed, err := fsutil.RemoveIn(machineRoot, p)
 		if err != nil {
 			return changed, files, fmt.Errorf("remove %s in machine %s: %w", p, machineRoot, err)
 		}
 		changed = changed || removed
 	}
-	if !identity {
-		// The kubelet writes kubelet.conf itself after its TLS bootstrap;
-		// one that runs the plugin is what an identity join left, and the
-		// kubelet would take it over the bootstrap token.
-		removed, err := removePluginKubeconfig(machineRoot)
-		if err != nil {
-			return changed, files, fmt.Errorf("remove %s in machine %s: %w", KubeletKubeconf, machineRoot, err)
-		}
-		changed = changed || removed
+	// The kubelet writes kubelet.conf itself after its TLS bootstrap; one
+	// that runs the plugin is what an identity join of an earlier version
+	// left (its kubelet signed every request as the identity), and a
+	// kubelet would keep using it instead of bootstrapping a certificate.
+	removed, err := removePluginKubeconfig(machineRoot)
+	if err != nil {
+		return changed, files, fmt.Errorf("remove %s in machine %s: %w", KubeletKubeconf, machineRoot, err)
 	}
+	changed = changed || removed
 	return changed, files, nil
 }
 

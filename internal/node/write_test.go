@@ -97,3 +97,42 @@ func TestWriteFixesSecretMode(t *testing.T) {
 		t.Errorf("re-run: changed %v, %v; want converged", changed, err)
 	}
 }
+
+// Issue 26 item 1: a machine an earlier version joined with an Azure
+// identity has a kubelet.conf that runs the plugin for every request (the
+// kubelet signed in as the identity); the kubelet would keep using it.
+// Write removes it, and the kubelet TLS-bootstraps; a kubeconfig with the
+// kubelet's certificate stays.
+func TestWriteRemovesIdentityKubeletKubeconfig(t *testing.T) {
+	root := t.TempDir()
+	old, err := renderBootstrapKubeconfig(&inputs{server: "https://127.0.0.1:6443", caPEM: []byte(testCA), identity: true, serverID: AKSServerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, KubeletKubeconf)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Write(root, identityConfig(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("%s that runs the plugin kept: %v", KubeletKubeconf, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, BootstrapKubeconf)); err != nil {
+		t.Errorf("no bootstrap kubeconfig: %v", err)
+	}
+	cert := []byte("apiVersion: v1\nkind: Config\nusers: [{name: u, user: {client-certificate: " + KubeletClientCert + "}}]\n")
+	if err := os.WriteFile(p, cert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Write(root, identityConfig(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != string(cert) {
+		t.Errorf("the kubelet's own kubeconfig: %q %v", got, err)
+	}
+}

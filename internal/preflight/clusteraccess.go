@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/apiprobe"
@@ -49,9 +48,19 @@ func clusterAccessCheck(e *Env) Check {
 			}
 		}
 		if len(missing) > 0 {
-			return Error(remedy(user.Username), "%s may not %s: the node needs each of these (its kubelet, and kube-proxy when the agent runs it)", who, strings.Join(missing, ", "))
+			return Error(remedy(user.Username), "%s may not %s: the kubelet's TLS bootstrap needs each of these", who, strings.Join(missing, ", "))
 		}
-		return OK("%s may do all %d things the node needs", who, len(perms))
+		if _, _, isToken := e.tokenID(); !isToken {
+			excess, err := beyondBootstrap(ctx, c, token)
+			if err != nil {
+				return Warning("check the API server's health", "%s: %v", who, e.redactCredential(err))
+			}
+			if len(excess) > 0 {
+				return Error(excessRemedy(user.Username), "%s may %s: more than a node may; a host holding it could act beyond its node", who, strings.Join(excess, ", "))
+			}
+			return OK("%s may do all %d things the kubelet's TLS bootstrap needs, and none of %d a node must not", who, len(perms), len(clusterprep.BeyondBootstrap))
+		}
+		return OK("%s may do all %d things the kubelet's TLS bootstrap needs", who, len(perms))
 	})
 }
 
@@ -78,16 +87,41 @@ func (e *Env) accessCredential(ctx context.Context) (token, who string, perms []
 		return "", "", nil, nil, &r
 	}
 	remedy = func(user string) string {
-		if user == "" {
-			user = "<object ID>"
+		return fmt.Sprintf("let the identity bootstrap the kubelet's certificate: aks-flex-node cluster prepare --identity %s | kubectl apply -f -", objectIDOr(user))
+	}
+	return tok.AccessToken, s.String(), clusterprep.IdentityPermissions, remedy, nil
+}
+
+func objectIDOr(user string) string {
+	if user == "" {
+		return "<object ID>"
+	}
+	return user
+}
+
+// beyondBootstrap asks whether an Entra identity may do what only a
+// bootstrap must not (clusterprep.BeyondBootstrap) and names each it may:
+// the kubelet and the agent act as the node once it has its certificate,
+// but the identity's token is on the host too, and one bound more widely
+// (as an earlier version bound it to system:node, cluster-wide outside the
+// Node authorizer) gives a compromised host more than a node's powers.
+func beyondBootstrap(ctx context.Context, c *apiprobe.Client, token string) (excess []string, err error) {
+	for _, p := range clusterprep.BeyondBootstrap {
+		code, allowed, _, err := c.SelfSubjectAccessReview(ctx, token, apiprobe.ResourceAttributes{Namespace: p.Namespace, Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource})
+		if err != nil || code/100 != 2 {
+			return nil, fmt.Errorf("cannot ask whether it may %s: answer %d %v", p, code, err)
 		}
-		return fmt.Sprintf("bind the identity to the system:node role: aks-flex-node cluster prepare --identity %s | kubectl apply -f -", user)
+		if allowed {
+			excess = append(excess, p.String())
+		}
 	}
-	perms = clusterprep.KubeletPermissions
-	if e.Config.Networking.AgentKubeProxy() {
-		perms = append(slices.Clip(perms), clusterprep.KubeProxyPermissions...)
-	}
-	return tok.AccessToken, s.String(), perms, remedy, nil
+	return excess, nil
+}
+
+// excessRemedy is how to take the identity's extra powers away.
+func excessRemedy(user string) string {
+	id := objectIDOr(user)
+	return fmt.Sprintf("remove every binding of the identity but cluster prepare's: an earlier version bound it to system:node (kubectl delete clusterrolebinding aks-flex-node:node:%s aks-flex-node:node-proxier:%s); `kubectl get clusterrolebindings,rolebindings -A -o wide | grep %s` lists them. Nodes joined by that version sign in as the identity until they run start again: apply `cluster prepare --identity %s`, run start on each with --ignore-preflight-errors %s, then remove the bindings", id, id, id, id, NameClusterAccess)
 }
 
 // redactCredential keeps the bootstrap token's secret out of a message

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/identity"
 )
 
@@ -101,33 +102,60 @@ func TestClusterAccess(t *testing.T) {
 		t.Errorf("remedy or secret: %+v", r)
 	}
 
-	// An identity the cluster knows, with and without the kubelet's RBAC.
+	// An identity the cluster knows, with the TLS bootstrap's RBAC and
+	// nothing more, then without it.
 	id, tok := spHost(t, srv, nil)
-	srv.set(func(f *fakeAPIServer) { f.bearer, f.username, f.denied = tok, testOID, nil })
-	want(t, id.run(NameClusterAccess), SeverityOK, "service principal", `as "`+testOID+`"`, "may do all 16")
+	beyond := beyondBootstrapSet()
+	srv.set(func(f *fakeAPIServer) { f.bearer, f.username, f.denied = tok, testOID, beyond })
+	want(t, id.run(NameClusterAccess), SeverityOK, "service principal", `as "`+testOID+`"`, "may do all 3 things the kubelet's TLS bootstrap needs", "none of 5")
 	srv.set(func(f *fakeAPIServer) {
-		f.denied = map[string]bool{"create nodes": true, "update leases.coordination.k8s.io in kube-node-lease": true}
+		f.denied = beyondBootstrapSet()
+		f.denied["create certificatesigningrequests.certificates.k8s.io/nodeclient"] = true
 	})
 	r = id.run(NameClusterAccess)
-	want(t, r, SeverityError, "may not create nodes, update leases.coordination.k8s.io in kube-node-lease")
+	want(t, r, SeverityError, "may not create certificatesigningrequests.certificates.k8s.io/nodeclient")
 	if !strings.Contains(r.Remedy, "cluster prepare --identity "+testOID+" | kubectl apply -f -") {
 		t.Errorf("remedy %q", r.Remedy)
 	}
-
-	// The agent's kube-proxy signs in as the node: with
-	// networking.kubeProxy agent the identity must read EndpointSlices and
-	// watch Services too (system:node-proxier).
+	// The agent's kube-proxy signs in as the node, not as the identity:
+	// it asks the identity for nothing more.
 	id.set("networking.kubeProxy", "agent")
-	srv.set(func(f *fakeAPIServer) { f.denied = nil })
-	want(t, id.run(NameClusterAccess), SeverityOK, "may do all 19")
-	srv.set(func(f *fakeAPIServer) {
-		f.denied = map[string]bool{"list endpointslices.discovery.k8s.io": true}
-	})
-	want(t, id.run(NameClusterAccess), SeverityError, "may not list endpointslices.discovery.k8s.io", "kube-proxy")
+	srv.set(func(f *fakeAPIServer) { f.denied = beyond })
+	want(t, id.run(NameClusterAccess), SeverityOK, "may do all 3")
 	id.set("networking.kubeProxy", "daemonset")
-	srv.set(func(f *fakeAPIServer) { f.denied = nil })
 
 	// Unknown to the cluster: 401.
 	srv.set(func(f *fakeAPIServer) { f.review = 401 })
 	want(t, id.run(NameClusterAccess), SeverityError, "rejected", "does not authenticate it")
+}
+
+// beyondBootstrapSet is every clusterprep.BeyondBootstrap permission, as
+// the fake API server's denied set.
+func beyondBootstrapSet() map[string]bool {
+	m := map[string]bool{}
+	for _, p := range clusterprep.BeyondBootstrap {
+		m[p.String()] = true
+	}
+	return m
+}
+
+// TestIdentityNodeIsOnlyANode (issue 26 item 1): an identity allowed more
+// than the TLS bootstrap, as an earlier version's binding to system:node
+// allowed it cluster-wide, is refused before the host changes, each
+// excess named, with how to remove it.
+func TestIdentityNodeIsOnlyANode(t *testing.T) {
+	srv := newFakeAPIServer(t)
+	id, tok := spHost(t, srv, nil)
+	srv.set(func(f *fakeAPIServer) { f.bearer, f.username, f.denied = tok, testOID, nil })
+	r := id.run(NameClusterAccess)
+	want(t, r, SeverityError, "may get secrets in kube-system, create serviceaccounts/token in kube-system, create pods in kube-system, patch nodes/status, patch nodes", "more than a node may")
+	if !strings.Contains(r.Remedy, "kubectl delete clusterrolebinding aks-flex-node:node:"+testOID) {
+		t.Errorf("remedy %q", r.Remedy)
+	}
+	for _, p := range clusterprep.BeyondBootstrap {
+		srv.set(func(f *fakeAPIServer) { f.denied = beyondBootstrapSet(); delete(f.denied, p.String()) })
+		want(t, id.run(NameClusterAccess), SeverityError, "may "+p.String()+": more than a node may")
+	}
+	srv.set(func(f *fakeAPIServer) { f.denied = beyondBootstrapSet() })
+	want(t, id.run(NameClusterAccess), SeverityOK, "none of 5")
 }

@@ -65,6 +65,11 @@ type Options struct {
 	// AuthenticationConfiguration (--authentication-config): how tests
 	// make the API server trust a fake Entra tenant's tokens.
 	AuthenticationConfig []byte
+	// SigningDuration, when set, is how long the certificates the
+	// controller-manager signs for CSRs are valid
+	// (--cluster-signing-duration): short, a test sees the kubelets renew
+	// their client certificates. Default one year.
+	SigningDuration time.Duration
 }
 
 // Timings records how long each stage of Start took.
@@ -353,7 +358,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, opts *Options, pl *st
 // together and waits until both are healthy.
 func (c *ControlPlane) startControllers(ctx context.Context, opts *Options, pl *startPlan) error {
 	t := time.Now()
-	kcm, err := c.run(opts, "kube-controller-manager", []string{
+	kcmArgs := []string{
 		"--kubeconfig=" + pl.kcmKubeconfig,
 		"--authentication-kubeconfig=" + pl.kcmKubeconfig,
 		"--authorization-kubeconfig=" + pl.kcmKubeconfig,
@@ -372,7 +377,11 @@ func (c *ControlPlane) startControllers(ctx context.Context, opts *Options, pl *
 		"--cluster-cidr=" + PodCIDR,
 		"--requestheader-client-ca-file=" + pl.pki.frontProxyCAFile,
 		"--profiling=false",
-	})
+	}
+	if opts.SigningDuration > 0 {
+		kcmArgs = append(kcmArgs, "--cluster-signing-duration="+opts.SigningDuration.String())
+	}
+	kcm, err := c.run(opts, "kube-controller-manager", kcmArgs)
 	if err != nil {
 		return err
 	}

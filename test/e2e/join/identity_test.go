@@ -34,8 +34,9 @@ func (e *env) agentCLI(t *testing.T, args ...string) []byte {
 	return out
 }
 
-// grant lets the identity auth signs in as run a kubelet: what `cluster
-// prepare --identity` prints, applied with kubectl.
+// grant lets the identity auth signs in as bootstrap a kubelet's client
+// certificate, and nothing more: what `cluster prepare --identity`
+// prints, applied with kubectl.
 func (e *env) grant(t *testing.T, auth string) {
 	file := filepath.Join(t.TempDir(), "prepare.yaml")
 	e.agentCLI(t, "cluster", "prepare", "--identity", e.entra.ObjectID(auth), "--output", file)
@@ -107,8 +108,9 @@ func (e *env) refuse(t *testing.T, h *aclhost.Host, name, path, want string) {
 }
 
 // checkPluginFollowsUpgrade: the kubelet's credential plugin is the host's
-// current agent slot, bound into the machine; after agent-upgrade the
-// machine runs the new binary, and the node stays Ready on its tokens.
+// current agent slot, bound into the machine (the kubelet's TLS bootstrap
+// runs it, again whenever its certificate has lapsed); after agent-upgrade
+// the machine runs the new binary.
 func (e *env) checkPluginFollowsUpgrade(t *testing.T, h *aclhost.Host, sc scenario) {
 	const v2 = "v1.0.1-e2e"
 	bin := e.dist + "/aks-flex-node-" + v2

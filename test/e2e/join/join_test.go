@@ -510,7 +510,7 @@ func (e *env) refusals(t *testing.T, h *aclhost.Host, sc scenario) {
 	// cluster-access names what the kubelet would be refused.
 	e.entra.ServeIMDS(t, e.net)
 	e.refuse(t, h, "identity without RBAC", "/etc/aks-flex-node/config.json", "[ERROR cluster-access]")
-	if stdout, _, _ := h.Run(e.ctx, "/root/dist/aks-flex-node", "preflight"); !strings.Contains(stdout, "may not create nodes") || !strings.Contains(stdout, "cluster prepare --identity "+e.entra.MSI.ObjectID) {
+	if stdout, _, _ := h.Run(e.ctx, "/root/dist/aks-flex-node", "preflight"); !strings.Contains(stdout, "may not create certificatesigningrequests") || !strings.Contains(stdout, "cluster prepare --identity "+e.entra.MSI.ObjectID) {
 		t.Errorf("preflight without RBAC does not name the missing permission and the remedy:\n%s", stdout)
 	}
 	// `artifacts verify` on the host says the same about the tampered
