@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).GitCommit=$(
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt docs fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
+.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
 
 all: build
 
@@ -62,6 +62,11 @@ fmt:
 # go test ./internal/refdocs fails until they match.
 docs:
 	$(GO) run ./internal/refdocs/cmd
+
+# Regenerate the FlexNodeRollout CRD and deep copies from the Go types;
+# TestCRDMatchesTypes fails until they match.
+crds:
+	cd internal/fleet/v1alpha1 && $(GO) generate .
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
