@@ -23,3 +23,7 @@ func AddToScheme(s *runtime.Scheme) error {
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }
+
+// LeaseNamespace holds the rollouts' Leases (the slots, the status
+// writer's election); cluster prepare --fleet creates it.
+const LeaseNamespace = "aks-flex-node"
