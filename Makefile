@@ -49,7 +49,7 @@ unit:
 E2E_TIMEOUT ?= 45m
 e2e: deps
 	@if [ -z "$(PKG)" ] || [ ! -d "test/e2e/$(PKG)" ]; then \
-		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
+		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, rollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
 	test/e2e/build-k8s.sh >/dev/null
 	@if [ "$(PKG)" = repave ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v $(if $(value RUN),-run '$(value RUN)') ./$(PKG)/
