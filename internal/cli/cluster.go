@@ -57,9 +57,12 @@ with that object ID (the username an AKS cluster gives it) run a kubelet: the
 system:node role; and kube-proxy: the system:node-proxier role.
 
 --fleet: what nodes need to follow FlexNodeRollouts (flexnode.azure.com):
-the CRD, the namespace ` + v1alpha1.LeaseNamespace + ` for the rollouts' Leases, and,
-bound to the group system:nodes, read access to the rollouts, update of their
-status, the Leases in that namespace and read access to the Nodes (a node
+the CRDs of the rollouts and of their slots (FlexNodeSlot: a Lease under
+another group, since the API server's NodeRestriction refuses nodes every
+Lease outside kube-node-lease), the namespace ` + v1alpha1.Namespace + ` for the
+slots, and, bound to the group system:nodes, read access to the rollouts,
+update of their status, the slots in that namespace and read access to the
+Nodes (a node
 patches its own Node's status under the Node authorizer already); and a
 FlowSchema with its own priority level that gives the agents' rollout
 requests their own seats, apart from the kubelets'. It may be given with
@@ -109,8 +112,8 @@ nothing but the token's expiry.
 					return err
 				}
 				objs = append(objs, fobjs...)
-				header = strings.TrimSpace(header + "\n" + "aks-flex-node cluster prepare --fleet: the FlexNodeRollout CRD, the " + v1alpha1.LeaseNamespace +
-					" namespace for its Leases, the nodes' RBAC for rollouts, and a FlowSchema for the agents' rollout requests.\nApply with: kubectl apply -f <this file>")
+				header = strings.TrimSpace(header + "\n" + "aks-flex-node cluster prepare --fleet: the FlexNodeRollout and FlexNodeSlot CRDs, the " + v1alpha1.Namespace +
+					" namespace for the slots, the nodes' RBAC for rollouts, and a FlowSchema for the agents' rollout requests.\nApply with: kubectl apply -f <this file>")
 			}
 			data, err := clusterprep.Render(header, objs)
 			if err != nil {
@@ -121,7 +124,7 @@ nothing but the token's expiry.
 	}
 	cmd.Flags().BoolVar(&bootstrap, "bootstrap-token", false, "prepare for nodes that join with a bootstrap token")
 	cmd.Flags().StringVar(&objectID, "identity", "", "prepare for a node that joins with the Entra identity of this object ID")
-	cmd.Flags().BoolVar(&fleet, "fleet", false, "also print what nodes need to follow FlexNodeRollouts: the CRD, its Lease namespace, RBAC, a FlowSchema")
+	cmd.Flags().BoolVar(&fleet, "fleet", false, "also print what nodes need to follow FlexNodeRollouts: the CRDs, the slots' namespace, RBAC, a FlowSchema")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "with --bootstrap-token: read the token from this file, or write a new one to it (mode 0600)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "with --bootstrap-token: how long the token is valid")
 	cmd.Flags().StringVarP(&output, "output", "o", "-", `where to write the objects: "-" for stdout, or a file (written 0600)`)

@@ -286,7 +286,7 @@ func TestClusterPrepareFleet(t *testing.T) {
 		t.Fatalf("kinds %v", alone)
 	}
 	out, _, code = run(t, "cluster", "prepare", "--fleet", "--identity", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
-	if got := kinds(out); code != 0 || len(got) != len(alone)+2 || got[2] != "CustomResourceDefinition" {
+	if got := kinds(out); code != 0 || len(got) != len(alone)+2 || got[2] != "CustomResourceDefinition" || got[3] != "CustomResourceDefinition" {
 		t.Fatalf("with --identity: exit %d, kinds %v", code, got)
 	}
 }

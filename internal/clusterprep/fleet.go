@@ -15,7 +15,7 @@ import (
 // The names of what --fleet prints.
 const (
 	FleetRole           = "aks-flex-node:fleet"
-	FleetLeaseRole      = "aks-flex-node:fleet-leases"
+	FleetSlotRole       = "aks-flex-node:fleet-slots"
 	FleetFlowSchema     = "aks-flex-node-fleet"
 	FleetPriorityLevel  = "aks-flex-node-fleet"
 	nodesGroup          = "system:nodes"
@@ -26,36 +26,41 @@ const (
 // Node authorizer already grants it (patching its own Node's status, for
 // the FlexNodeRelease condition, which NodeRestriction confines to its own
 // Node): read the rollouts and write their status (the elected status
-// writer), and work the Leases of the slots and the election.
+// writer), and work the slots in aks-flex-node: FlexNodeSlots, Leases in
+// all but their group, because NodeRestriction refuses a node every Lease
+// outside kube-node-lease (see v1alpha1.FlexNodeSlot).
 var FleetPermissions = []Permission{
 	{Verb: "get", Group: v1alpha1.Group, Resource: v1alpha1.Resource},
 	{Verb: "list", Group: v1alpha1.Group, Resource: v1alpha1.Resource},
 	{Verb: "watch", Group: v1alpha1.Group, Resource: v1alpha1.Resource},
 	{Verb: "update", Group: v1alpha1.Group, Resource: v1alpha1.Resource, Subresource: "status"},
-	{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: v1alpha1.LeaseNamespace},
-	{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: v1alpha1.LeaseNamespace},
-	{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: v1alpha1.LeaseNamespace},
-	{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: v1alpha1.LeaseNamespace},
-	{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: v1alpha1.LeaseNamespace},
-	{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: v1alpha1.LeaseNamespace},
+	{Verb: "get", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
+	{Verb: "list", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
+	{Verb: "watch", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
+	{Verb: "create", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
+	{Verb: "update", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
+	{Verb: "delete", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
 }
 
 // FleetObjects are what a cluster needs before its flex nodes follow
-// FlexNodeRollouts: the CRD (generated from the Go types), the namespace
-// of the Leases, the roles bound to system:nodes (every node's group,
+// FlexNodeRollouts: the CRDs of the rollouts and their slots (generated
+// from the Go types), the namespace of the slots, the roles bound to system:nodes (every node's group,
 // whatever credential it signed in with), the node reader role (a rollout
 // selects Nodes by label and its status writer reads their conditions),
 // and a FlowSchema with its own priority level for the agents' rollout
 // traffic.
 func FleetObjects() ([]any, error) {
-	var crd map[string]any
+	var crd, slotCRD map[string]any
 	if err := yaml.Unmarshal(v1alpha1.CRD, &crd); err != nil {
 		return nil, fmt.Errorf("the embedded FlexNodeRollout CRD: %w", err)
+	}
+	if err := yaml.Unmarshal(v1alpha1.SlotCRD, &slotCRD); err != nil {
+		return nil, fmt.Errorf("the embedded FlexNodeSlot CRD: %w", err)
 	}
 	labels := map[string]string{"app.kubernetes.io/managed-by": "aks-flex-node"}
 	ns := &corev1.Namespace{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.LeaseNamespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.Namespace, Labels: labels},
 	}
 	role := &rbacv1.ClusterRole{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
@@ -67,17 +72,17 @@ func FleetObjects() ([]any, error) {
 	}
 	leaseRole := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-		ObjectMeta: metav1.ObjectMeta{Name: FleetLeaseRole, Namespace: v1alpha1.LeaseNamespace, Labels: labels},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		ObjectMeta: metav1.ObjectMeta{Name: FleetSlotRole, Namespace: v1alpha1.Namespace, Labels: labels},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.Group}, Resources: []string{v1alpha1.SlotResource},
 			Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}},
 	}
 	leaseBinding := &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: FleetLeaseRole, Namespace: v1alpha1.LeaseNamespace, Labels: labels},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: FleetLeaseRole},
+		ObjectMeta: metav1.ObjectMeta{Name: FleetSlotRole, Namespace: v1alpha1.Namespace, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: FleetSlotRole},
 		Subjects:   group(nodesGroup),
 	}
-	objs := []any{crd, ns, role, binding(FleetRole, FleetRole, group(nodesGroup)), leaseRole, leaseBinding,
+	objs := []any{crd, slotCRD, ns, role, binding(FleetRole, FleetRole, group(nodesGroup)), leaseRole, leaseBinding,
 		nodeReaderRole(), binding(NodeReaderRole, NodeReaderRole, group(nodesGroup))}
 	return append(objs, fleetFlowControl(labels)...), nil
 }
@@ -120,7 +125,7 @@ func fleetFlowControl(labels map[string]string) []any {
 				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: nodesGroup}}},
 				ResourceRules: []flowcontrolv1.ResourcePolicyRule{
 					{Verbs: []string{"*"}, APIGroups: []string{v1alpha1.Group}, Resources: []string{v1alpha1.Resource, v1alpha1.Resource + "/status"}, ClusterScope: true},
-					{Verbs: []string{"*"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Namespaces: []string{v1alpha1.LeaseNamespace}},
+					{Verbs: []string{"*"}, APIGroups: []string{v1alpha1.Group}, Resources: []string{v1alpha1.SlotResource}, Namespaces: []string{v1alpha1.Namespace}},
 				},
 			}},
 		},

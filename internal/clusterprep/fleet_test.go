@@ -14,7 +14,7 @@ import (
 )
 
 // TestFleetObjects parses what `cluster prepare --fleet` prints and checks
-// that it holds the CRD, the Lease namespace, and RBAC bound to
+// that it holds the two CRDs, the slots' namespace, and RBAC bound to
 // system:nodes granting exactly FleetPermissions, and a FlowSchema that
 // matches the agents' rollout traffic before the built-in system-nodes.
 func TestFleetObjects(t *testing.T) {
@@ -40,13 +40,20 @@ func TestFleetObjects(t *testing.T) {
 		Metadata struct{ Name string }
 		Spec     struct{ Group, Scope string }
 	}
-	one(t, byKind, "CustomResourceDefinition", &crd)
+	if len(byKind["CustomResourceDefinition"]) != 2 {
+		t.Fatalf("%d CRDs, want the rollouts' and the slots'", len(byKind["CustomResourceDefinition"]))
+	}
+	must(t, yaml.Unmarshal(byKind["CustomResourceDefinition"][0], &crd))
 	if crd.Metadata.Name != v1alpha1.Resource+"."+v1alpha1.Group || crd.Spec.Scope != "Cluster" {
 		t.Errorf("CRD %+v", crd)
 	}
+	must(t, yaml.Unmarshal(byKind["CustomResourceDefinition"][1], &crd))
+	if crd.Metadata.Name != v1alpha1.SlotResource+"."+v1alpha1.Group || crd.Spec.Scope != "Namespaced" {
+		t.Errorf("slot CRD %+v", crd)
+	}
 	var ns struct{ Metadata struct{ Name string } }
 	one(t, byKind, "Namespace", &ns)
-	if ns.Metadata.Name != v1alpha1.LeaseNamespace {
+	if ns.Metadata.Name != v1alpha1.Namespace {
 		t.Errorf("namespace %q", ns.Metadata.Name)
 	}
 
@@ -82,14 +89,14 @@ func TestFleetObjects(t *testing.T) {
 	for ns, rs := range rules {
 		for _, r := range rs {
 			for _, res := range r.Resources {
-				if !slices.Contains([]string{v1alpha1.Resource, v1alpha1.Resource + "/status", "leases", "nodes"}, res) {
+				if !slices.Contains([]string{v1alpha1.Resource, v1alpha1.Resource + "/status", v1alpha1.SlotResource, "nodes"}, res) {
 					t.Errorf("a role in %q grants %v on %s", ns, r.Verbs, res)
 				}
 			}
 		}
 	}
-	if grants(rules[""], Permission{Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}) {
-		t.Error("nodes may create Leases cluster-wide")
+	if grants(rules[""], Permission{Verb: "create", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource}) {
+		t.Error("nodes may create slots in every namespace")
 	}
 
 	var fs flowcontrolv1.FlowSchema

@@ -12,11 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
-// Leases is the part of coordination.k8s.io/v1 the slots use, in one
-// namespace.
-type Leases interface {
+// Store keeps a rollout's slots as Lease-shaped records in one
+// namespace: coordination.k8s.io/v1 Leases (NewLeases), or FlexNodeSlots
+// (NewSlotStore), which the agents use because NodeRestriction refuses a
+// node's credential every Lease outside kube-node-lease.
+type Store interface {
 	List(ctx context.Context) (*coordinationv1.LeaseList, error)
 	Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
 	// Update is a compare-and-swap: it fails with a Conflict unless
@@ -24,25 +28,35 @@ type Leases interface {
 	Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
 }
 
-// leaseCodecs is coordination/v1 alone, made on first use (the binary is
+// leaseCodecs is coordination/v1 and flexnode.azure.com/v1alpha1 alone, made on first use (the binary is
 // also the kubelet's credential plugin and must start fast), as
 // internal/kubeclient does for core/v1: client-go's generated clientset
 // is not linked (kubeclient's TestBinaryHasNoClientset).
 var leaseCodecs = sync.OnceValues(func() (serializer.CodecFactory, runtime.ParameterCodec) {
 	s := runtime.NewScheme()
-	if err := coordinationv1.AddToScheme(s); err != nil {
-		panic(fmt.Sprintf("fleet lease scheme: %v", err)) // a programming error
+	for _, add := range []func(*runtime.Scheme) error{coordinationv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(fmt.Sprintf("fleet scheme: %v", err)) // a programming error
+		}
 	}
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
 	return serializer.NewCodecFactory(s), runtime.NewParameterCodec(s)
 })
 
-// NewLeases is the Leases of namespace ns on the server c names; hc is
-// the HTTP client to share (nil: one made for c).
-func NewLeases(c *rest.Config, hc *http.Client, ns string) (Leases, error) {
+// NewLeases is the coordination.k8s.io/v1 Leases of namespace ns on the
+// server c names; hc is the HTTP client to share (nil: one made for c).
+func NewLeases(c *rest.Config, hc *http.Client, ns string) (Store, error) {
+	rc, pc, err := restClient(c, hc, coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, fmt.Errorf("lease client: %w", err)
+	}
+	return &leases{rc: rc, params: pc, ns: ns}, nil
+}
+
+func restClient(c *rest.Config, hc *http.Client, gv schema.GroupVersion) (*rest.RESTClient, runtime.ParameterCodec, error) {
 	cfg := *c
 	cf, pc := leaseCodecs()
-	cfg.GroupVersion = &coordinationv1.SchemeGroupVersion
+	cfg.GroupVersion = &gv
 	cfg.APIPath = "/apis"
 	cfg.NegotiatedSerializer = cf.WithoutConversion()
 	if cfg.UserAgent == "" {
@@ -55,10 +69,7 @@ func NewLeases(c *rest.Config, hc *http.Client, ns string) (Leases, error) {
 	} else {
 		rc, err = rest.RESTClientFor(&cfg)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("lease client: %w", err)
-	}
-	return &leases{rc: rc, params: pc, ns: ns}, nil
+	return rc, pc, err
 }
 
 type leases struct {

@@ -56,7 +56,7 @@ func (s *Slots) write(ctx context.Context, sl *Slot, what string, change func(*c
 	}
 	l := sl.Lease.DeepCopy()
 	change(l)
-	out, err := s.Leases.Update(ctx, l)
+	out, err := s.Store.Update(ctx, l)
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
 		return fmt.Errorf("%s slot %s: %w (%v)", what, l.Name, ErrSlotLost, err)

@@ -68,7 +68,7 @@ type NodeGetter interface {
 // early. A process that has just started therefore waits one TTL before
 // it takes over an expired slot.
 type Slots struct {
-	Leases  Leases
+	Store   Store
 	Nodes   NodeGetter
 	Rollout string
 	Holder  Holder
@@ -113,7 +113,7 @@ func (s *Slots) now() time.Time {
 // count as held while they are, so at most max are held at once once the
 // larger ones drain. ErrNoSlot when none is free.
 func (s *Slots) Acquire(ctx context.Context, max int) (*Slot, error) {
-	list, err := s.Leases.List(ctx)
+	list, err := s.Store.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list the slots of rollout %s: %w", s.Rollout, err)
 	}
@@ -249,7 +249,7 @@ func (s *Slots) create(ctx context.Context, i int) (*Slot, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: SlotName(s.Rollout, i), Labels: map[string]string{"app.kubernetes.io/managed-by": "aks-flex-node"}},
 		Spec:       s.spec(s.now()),
 	}
-	out, err := s.Leases.Create(ctx, l)
+	out, err := s.Store.Create(ctx, l)
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return nil, errTaken
@@ -269,7 +269,7 @@ func (s *Slots) take(ctx context.Context, i int, l *coordinationv1.Lease) (*Slot
 	l.Spec.LeaseTransitions = &transitions
 	delete(l.Annotations, AnnotationFailedStep)
 	delete(l.Annotations, AnnotationFailedReason)
-	out, err := s.Leases.Update(ctx, l)
+	out, err := s.Store.Update(ctx, l)
 	switch {
 	case apierrors.IsConflict(err):
 		return nil, errTaken
@@ -286,7 +286,7 @@ func (s *Slots) readopt(ctx context.Context, i int, l *coordinationv1.Lease, pre
 	id := s.Holder.String()
 	now := metav1.NewMicroTime(s.now())
 	l.Spec.HolderIdentity, l.Spec.RenewTime = &id, &now
-	out, err := s.Leases.Update(ctx, l)
+	out, err := s.Store.Update(ctx, l)
 	if err != nil {
 		// A conflict means someone else wrote our slot in between: an
 		// operator's clear, or a takeover after expiry. Either way the

@@ -22,6 +22,7 @@ func TestCRDMatchesTypes(t *testing.T) {
 	}
 	for gen, committed := range map[string]string{
 		filepath.Join(out, "crd", "flexnode.azure.com_flexnoderollouts.yaml"): filepath.Join("crd", "flexnode.azure.com_flexnoderollouts.yaml"),
+		filepath.Join(out, "crd", "flexnode.azure.com_flexnodeslots.yaml"):    filepath.Join("crd", "flexnode.azure.com_flexnodeslots.yaml"),
 		filepath.Join(out, "obj", "zz_generated.deepcopy.go"):                 "zz_generated.deepcopy.go",
 	} {
 		want, err := os.ReadFile(gen)
@@ -36,8 +37,13 @@ func TestCRDMatchesTypes(t *testing.T) {
 			t.Errorf("%s differs from what controller-gen makes of types.go: run `make crds` and commit", committed)
 		}
 	}
-	if !bytes.Equal(CRD, mustRead(t, filepath.Join("crd", "flexnode.azure.com_flexnoderollouts.yaml"))) {
-		t.Error("the embedded CRD is not the file")
+	if !bytes.Equal(CRD, mustRead(t, filepath.Join("crd", "flexnode.azure.com_flexnoderollouts.yaml"))) ||
+		!bytes.Equal(SlotCRD, mustRead(t, filepath.Join("crd", "flexnode.azure.com_flexnodeslots.yaml"))) {
+		t.Error("an embedded CRD is not its file")
+	}
+	entries, err := os.ReadDir(filepath.Join(out, "crd"))
+	if err != nil || len(entries) != 2 {
+		t.Errorf("controller-gen made %d CRDs (%v), and this package embeds 2", len(entries), err)
 	}
 }
 

@@ -19,11 +19,11 @@ var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 
 // AddToScheme registers the rollout types, for a REST client's codecs.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &FlexNodeRollout{}, &FlexNodeRolloutList{})
+	s.AddKnownTypes(SchemeGroupVersion, &FlexNodeRollout{}, &FlexNodeRolloutList{}, &FlexNodeSlot{}, &FlexNodeSlotList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }
 
-// LeaseNamespace holds the rollouts' Leases (the slots, the status
-// writer's election); cluster prepare --fleet creates it.
-const LeaseNamespace = "aks-flex-node"
+// Namespace holds the rollouts' slots (FlexNodeSlots); cluster prepare
+// --fleet creates it.
+const Namespace = "aks-flex-node"

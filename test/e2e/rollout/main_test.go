@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/fleet"
@@ -105,14 +106,20 @@ func newNode(t *testing.T, name string) types.UID {
 }
 
 // newSlots is a holder's view of a rollout's slots, through the product's
-// own lease client.
+// own slot client, as the node itself (asNode): only what `cluster
+// prepare --fleet` and the Node authorizer grant.
 func newSlots(t *testing.T, rollout, node string, uid types.UID, boot string, ttl time.Duration) *fleet.Slots {
 	t.Helper()
-	leases, err := fleet.NewLeases(cp.AdminConfig, nil, v1alpha1.LeaseNamespace)
+	cfg := asNode(node)
+	store, err := fleet.NewSlotStore(cfg, nil, v1alpha1.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet.Slots{Leases: leases, Nodes: cp.Client.CoreV1().Nodes(), Rollout: rollout,
+	nodes, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fleet.Slots{Store: store, Nodes: nodes.CoreV1().Nodes(), Rollout: rollout,
 		Holder: fleet.Holder{Node: node, UID: uid, BootID: boot}, TTL: ttl}
 }
 
@@ -127,7 +134,11 @@ func heldBy(t *testing.T, rollout string) map[string][]string {
 }
 
 func listHolders(rollout string) (map[string][]string, error) {
-	list, err := cp.Client.CoordinationV1().Leases(v1alpha1.LeaseNamespace).List(context.Background(), metav1.ListOptions{})
+	store, err := fleet.NewSlotStore(cp.AdminConfig, nil, v1alpha1.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	list, err := store.List(context.Background())
 	if err != nil {
 		return nil, err
 	}

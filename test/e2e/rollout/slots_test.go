@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/Azure/aks-flex-node/internal/fleet"
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
 // TestSlotsNeverExceedMaxUnavailable runs six agents that each take a
@@ -271,12 +273,18 @@ func TestFailedNodeKeepsItsSlot(t *testing.T) {
 	if sl, _ := pollAcquire(t, b, 1, 3*ttl); sl != nil {
 		t.Fatalf("b took the failed node's slot %s", sl.Lease.Name)
 	}
-	l, err := cp.Client.CoordinationV1().Leases("aks-flex-node").Get(ctx, held.Lease.Name, metav1.GetOptions{})
+	out, err := cp.Kubectl(ctx, nil, "get", "-n", v1alpha1.Namespace, "flexnodeslots", held.Lease.Name, "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Annotations[fleet.AnnotationFailedStep] != "switch" || l.Annotations[fleet.AnnotationFailedReason] != "RolledBack" {
-		t.Errorf("annotations %v", l.Annotations)
+	var l struct {
+		Metadata struct{ Annotations map[string]string }
+	}
+	if err := json.Unmarshal(out, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Metadata.Annotations[fleet.AnnotationFailedStep] != "switch" || l.Metadata.Annotations[fleet.AnnotationFailedReason] != "RolledBack" {
+		t.Errorf("annotations %v", l.Metadata.Annotations)
 	}
 	again, err := newSlots(t, rollout, "failed-a", uid, "boot-a2", ttl).Acquire(ctx, 1)
 	if err != nil {
