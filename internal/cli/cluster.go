@@ -62,10 +62,11 @@ another group, since the API server's NodeRestriction refuses nodes every
 Lease outside kube-node-lease), the namespace ` + v1alpha1.Namespace + ` for the
 slots, and, bound to the group system:nodes, read access to the rollouts,
 update of their status, the slots in that namespace and read access to the
-Nodes (a node
-patches its own Node's status under the Node authorizer already); and a
-FlowSchema with its own priority level that gives the agents' rollout
-requests their own seats, apart from the kubelets'. It may be given with
+Nodes (a node patches its own Node's status under the Node authorizer
+already); a ValidatingAdmissionPolicy that lets a node write a slot only in
+its own name and never release another node's; and a FlowSchema with its own
+priority level that gives the agents' rollout requests their own seats, apart
+from the kubelets'. It may be given with
 --bootstrap-token or --identity, or alone.
 
 Output holding a token is written mode 0600. Applying it twice changes

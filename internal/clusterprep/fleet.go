@@ -39,7 +39,6 @@ var FleetPermissions = []Permission{
 	{Verb: "watch", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
 	{Verb: "create", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
 	{Verb: "update", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
-	{Verb: "delete", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
 }
 
 // FleetObjects are what a cluster needs before its flex nodes follow
@@ -47,7 +46,8 @@ var FleetPermissions = []Permission{
 // from the Go types), the namespace of the slots, the roles bound to system:nodes (every node's group,
 // whatever credential it signed in with), the node reader role (a rollout
 // selects Nodes by label and its status writer reads their conditions),
-// and a FlowSchema with its own priority level for the agents' rollout
+// the admission policy that confines a node to its own slots, and a
+// FlowSchema with its own priority level for the agents' rollout
 // traffic.
 func FleetObjects() ([]any, error) {
 	var crd, slotCRD map[string]any
@@ -73,8 +73,10 @@ func FleetObjects() ([]any, error) {
 	leaseRole := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 		ObjectMeta: metav1.ObjectMeta{Name: FleetSlotRole, Namespace: v1alpha1.Namespace, Labels: labels},
+		// No delete: a slot is released by clearing its holder, and
+		// FleetSlotPolicy bounds what a node may write to one.
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.Group}, Resources: []string{v1alpha1.SlotResource},
-			Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}},
+			Verbs: []string{"get", "list", "watch", "create", "update"}}},
 	}
 	leaseBinding := &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
@@ -84,6 +86,7 @@ func FleetObjects() ([]any, error) {
 	}
 	objs := []any{crd, slotCRD, ns, role, binding(FleetRole, FleetRole, group(nodesGroup)), leaseRole, leaseBinding,
 		nodeReaderRole(), binding(NodeReaderRole, NodeReaderRole, group(nodesGroup))}
+	objs = append(objs, fleetSlotPolicy(labels)...)
 	return append(objs, fleetFlowControl(labels)...), nil
 }
 

@@ -99,6 +99,12 @@ func TestFleetObjects(t *testing.T) {
 		t.Error("nodes may create slots in every namespace")
 	}
 
+	if len(byKind["ValidatingAdmissionPolicy"]) != 1 || len(byKind["ValidatingAdmissionPolicyBinding"]) != 1 {
+		t.Errorf("the slot policy and its binding: %d, %d", len(byKind["ValidatingAdmissionPolicy"]), len(byKind["ValidatingAdmissionPolicyBinding"]))
+	}
+	if grants(rules[v1alpha1.Namespace], Permission{Verb: "delete", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource}) {
+		t.Error("nodes may delete slots")
+	}
 	var fs flowcontrolv1.FlowSchema
 	one(t, byKind, "FlowSchema", &fs)
 	var pl flowcontrolv1.PriorityLevelConfiguration

@@ -44,7 +44,11 @@ func toSlot(l *coordinationv1.Lease) *v1alpha1.FlexNodeSlot {
 
 func (s *slotStore) List(ctx context.Context) (*coordinationv1.LeaseList, error) {
 	in := &v1alpha1.FlexNodeSlotList{}
-	// A quorum read, for the reason leases.List gives.
+	// A quorum read, not the watch cache: every write after it is a
+	// compare-and-swap, so a stale list could not double-book a slot, but a
+	// restarted agent must see the slot it took a moment ago to re-adopt it
+	// rather than take a second one. Acquire is rare (once per node per
+	// rollout), so the etcd read is not a steady cost.
 	opts := metav1.ListOptions{}
 	if err := s.rc.Get().Namespace(s.ns).Resource(v1alpha1.SlotResource).VersionedParams(&opts, s.params).Do(ctx).Into(in); err != nil {
 		return nil, err

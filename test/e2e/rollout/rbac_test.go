@@ -61,6 +61,35 @@ func TestNodeCredentialDoesItsPart(t *testing.T) {
 	if _, err := other.Acquire(ctx, 1); !errors.Is(err, fleet.ErrNoSlot) {
 		t.Fatalf("judging another node's slot as the node: %v", err)
 	}
+	// The slot policy: another node may neither hold a slot in a's name
+	// nor release a's slot. The policy is enforced once the API server has
+	// compiled it, a moment after prepare applied it: a bounded wait on
+	// the first refusal (a fake slot that got through is removed).
+	asB := []string{"--as=system:node:rbac-b", "--as-group=system:nodes", "--as-group=system:authenticated"}
+	fake := []byte(`{"apiVersion":"flexnode.azure.com/v1alpha1","kind":"FlexNodeSlot","metadata":{"name":"rbac-slot-7","namespace":"` + v1alpha1.Namespace +
+		`"},"spec":{"holderIdentity":"rbac-a/` + string(uid) + `/b"}}`)
+	var out []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, err = cp.Kubectl(ctx, fake, append(asB, "create", "-f", "-")...)
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+		if _, err := cp.Kubectl(ctx, nil, "delete", "-n", v1alpha1.Namespace, v1alpha1.SlotResource, "rbac-slot-7"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err == nil || !strings.Contains(string(out), "only in its own name") {
+		t.Errorf("rbac-b creating a slot in rbac-a's name: %v\n%s", err, out)
+	}
+	storeB, err := fleet.NewSlotStore(asNode("rbac-b"), nil, v1alpha1.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleared := sl.Lease.DeepCopy()
+	cleared.Spec.HolderIdentity = nil
+	if _, err := storeB.Update(ctx, cleared); err == nil || !strings.Contains(err.Error(), "may not release or change a slot another node holds") {
+		t.Errorf("rbac-b clearing rbac-a's slot: %v", err)
+	}
 	if err := s.Release(ctx, sl); err != nil {
 		t.Fatalf("release as the node: %v", err)
 	}
@@ -115,7 +144,7 @@ func TestNodeCredentialDoesItsPart(t *testing.T) {
 	if _, err := cp.Kubectl(ctx, nil, "create", "rolebinding", "lease-probe", "-n", v1alpha1.Namespace, "--role=lease-probe", "--group=system:nodes"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := cp.Kubectl(ctx, lease, append(as, "create", "-f", "-")...)
+	out, err = cp.Kubectl(ctx, lease, append(as, "create", "-f", "-")...)
 	if err == nil || !strings.Contains(string(out), "kube-node-lease") {
 		t.Errorf("a Lease in %s as the node, RBAC allowing it: %v\n%s", v1alpha1.Namespace, err, out)
 	}
