@@ -76,6 +76,9 @@ type Slots struct {
 	TTL time.Duration
 	// Now is the clock (time.Now when nil); tests move it.
 	Now func() time.Time
+	// Owner, when set, is the rollout (its name and UID): slots are created
+	// owned by it, so the garbage collector removes them with it.
+	Owner *metav1.OwnerReference
 
 	seen map[string]observed
 }
@@ -248,6 +251,9 @@ func (s *Slots) create(ctx context.Context, i int) (*Slot, error) {
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: SlotName(s.Rollout, i), Labels: map[string]string{"app.kubernetes.io/managed-by": "aks-flex-node"}},
 		Spec:       s.spec(s.now()),
+	}
+	if s.Owner != nil {
+		l.OwnerReferences = []metav1.OwnerReference{*s.Owner}
 	}
 	out, err := s.Store.Create(ctx, l)
 	switch {

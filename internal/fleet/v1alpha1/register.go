@@ -27,3 +27,9 @@ func AddToScheme(s *runtime.Scheme) error {
 // Namespace holds the rollouts' slots (FlexNodeSlots); cluster prepare
 // --fleet creates it.
 const Namespace = "aks-flex-node"
+
+// OwnerReference is r as the owner of its slots (a cluster-scoped owner of
+// namespaced dependents, which the garbage collector allows).
+func OwnerReference(r *FlexNodeRollout) *metav1.OwnerReference {
+	return &metav1.OwnerReference{APIVersion: SchemeGroupVersion.String(), Kind: Kind, Name: r.Name, UID: r.UID}
+}

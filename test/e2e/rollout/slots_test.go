@@ -294,3 +294,39 @@ func TestFailedNodeKeepsItsSlot(t *testing.T) {
 		t.Errorf("after a restart: re-adopted %v, annotations %v", again.Readopted, again.Lease.Annotations)
 	}
 }
+
+// TestSlotsGoWithTheirRollout: slots are owned by their rollout, so the
+// garbage collector removes them when the rollout is deleted.
+func TestSlotsGoWithTheirRollout(t *testing.T) {
+	requireE2E(t)
+	ctx := context.Background()
+	r := `{"apiVersion":"flexnode.azure.com/v1alpha1","kind":"FlexNodeRollout","metadata":{"name":"owned"},"spec":{"nodeSelector":{},"release":{"kubernetesVersion":"v1.35.4"}}}`
+	out, err := cp.Kubectl(ctx, []byte(r), "create", "-f", "-", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rollout v1alpha1.FlexNodeRollout
+	if err := json.Unmarshal(out, &rollout); err != nil {
+		t.Fatal(err)
+	}
+	s := newSlots(t, "owned", "owned-a", newNode(t, "owned-a"), "boot", time.Minute)
+	s.Owner = v1alpha1.OwnerReference(&rollout)
+	if _, err := s.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(ctx, nil, "delete", "fnr", "owned"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, err := cp.Kubectl(ctx, nil, "get", "-n", v1alpha1.Namespace, v1alpha1.SlotResource, "owned-slot-0", "--ignore-not-found", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot owned-slot-0 still there 60 s after its rollout was deleted")
+		}
+	}
+}
