@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).GitCommit=$(
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt docs fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
+.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
 
 all: build
 
@@ -49,7 +49,7 @@ unit:
 E2E_TIMEOUT ?= 45m
 e2e: deps
 	@if [ -z "$(PKG)" ] || [ ! -d "test/e2e/$(PKG)" ]; then \
-		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
+		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, rollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
 	test/e2e/build-k8s.sh >/dev/null
 	@if [ "$(PKG)" = repave ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v $(if $(value RUN),-run '$(value RUN)') ./$(PKG)/
@@ -62,6 +62,11 @@ fmt:
 # go test ./internal/refdocs fails until they match.
 docs:
 	$(GO) run ./internal/refdocs/cmd
+
+# Regenerate the FlexNodeRollout CRD and deep copies from the Go types;
+# TestCRDMatchesTypes fails until they match.
+crds:
+	cd internal/fleet/v1alpha1 && $(GO) generate .
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/identity"
 )
@@ -32,11 +33,11 @@ var guidRE = sync.OnceValue(func() *regexp.Regexp {
 })
 
 func newClusterPrepareCommand() *cobra.Command {
-	var bootstrap bool
+	var bootstrap, fleet bool
 	var objectID, tokenFile, output string
 	var ttl time.Duration
 	cmd := &cobra.Command{
-		Use:   "prepare (--bootstrap-token [--token-file F] [--ttl D] | --identity OBJECT_ID) [--output -|FILE]",
+		Use:   "prepare (--bootstrap-token [--token-file F] [--ttl D] | --identity OBJECT_ID | --fleet)... [--output -|FILE]",
 		Short: "Print the Kubernetes objects an admin applies (kubectl apply -f) before nodes join",
 		Long: `Print the objects a cluster needs before a node joins it, for an admin to
 apply with kubectl; nothing is sent to the cluster from here.
@@ -62,19 +63,36 @@ to the system:node role, which outside the Node authorizer is cluster-wide:
 remove that binding (kubectl delete clusterrolebinding
 aks-flex-node:node:OBJECT_ID aks-flex-node:node-proxier:OBJECT_ID).
 
+--fleet: what nodes need to follow FlexNodeRollouts (flexnode.azure.com):
+the CRDs of the rollouts and of their slots (FlexNodeSlot: a Lease under
+another group, since the API server's NodeRestriction refuses nodes every
+Lease outside kube-node-lease), the namespace ` + v1alpha1.Namespace + ` for the
+slots, and, bound to the group system:nodes, read access to the rollouts,
+update of their status, the slots in that namespace and read access to the
+Nodes (a node patches its own Node's status under the Node authorizer
+already); a ValidatingAdmissionPolicy that lets a node write a slot only in
+its own name and never release another node's; and a FlowSchema with its own
+priority level that gives the agents' rollout requests their own seats, apart
+from the kubelets'. It may be given with
+--bootstrap-token or --identity, or alone.
+
 Output holding a token is written mode 0600. Applying it twice changes
 nothing but the token's expiry.
 
   aks-flex-node cluster prepare --bootstrap-token --token-file token --output prepare.yaml
   kubectl apply -f prepare.yaml
-  aks-flex-node cluster prepare --identity 00000000-0000-0000-0000-000000000000 | kubectl apply -f -`,
+  aks-flex-node cluster prepare --identity 00000000-0000-0000-0000-000000000000 | kubectl apply -f -
+  aks-flex-node cluster prepare --fleet | kubectl apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var objs []any
 			var header string
 			switch {
-			case bootstrap == (objectID != ""):
+			case bootstrap && objectID != "":
 				return invalidf("give one of --bootstrap-token and --identity")
+			case !bootstrap && objectID == "" && !fleet:
+				return invalidf("give --bootstrap-token, --identity or --fleet")
+			case !bootstrap && objectID == "": // --fleet alone: its objects follow
 			case bootstrap:
 				tok, err := prepareToken(tokenFile)
 				if err != nil {
@@ -86,7 +104,7 @@ nothing but the token's expiry.
 				expires := time.Now().Add(ttl)
 				objs = clusterprep.BootstrapTokenObjects(tok, expires)
 				header = fmt.Sprintf("aks-flex-node cluster prepare --bootstrap-token: token %s (valid until %s) and its bindings.\nApply with: kubectl apply -f <this file>", tok.ID, expires.UTC().Format(time.RFC3339))
-			default:
+			case objectID != "":
 				if !guidRE().MatchString(objectID) {
 					return invalidf("--identity %q: want the identity's object ID, a GUID", objectID)
 				}
@@ -95,6 +113,15 @@ nothing but the token's expiry.
 				objectID = strings.ToLower(objectID)
 				objs = clusterprep.IdentityObjects(objectID)
 				header = fmt.Sprintf("aks-flex-node cluster prepare --identity %s: the identity may bootstrap a kubelet's client certificate, nothing more.\nApply with: kubectl apply -f <this file>", objectID)
+			}
+			if fleet {
+				fobjs, err := clusterprep.FleetObjects()
+				if err != nil {
+					return err
+				}
+				objs = append(objs, fobjs...)
+				header = strings.TrimSpace(header + "\n" + "aks-flex-node cluster prepare --fleet: the FlexNodeRollout and FlexNodeSlot CRDs, the " + v1alpha1.Namespace +
+					" namespace for the slots, the nodes' RBAC for rollouts, and a FlowSchema for the agents' rollout requests.\nApply with: kubectl apply -f <this file>")
 			}
 			data, err := clusterprep.Render(header, objs)
 			if err != nil {
@@ -105,6 +132,7 @@ nothing but the token's expiry.
 	}
 	cmd.Flags().BoolVar(&bootstrap, "bootstrap-token", false, "prepare for nodes that join with a bootstrap token")
 	cmd.Flags().StringVar(&objectID, "identity", "", "prepare for a node that joins with the Entra identity of this object ID")
+	cmd.Flags().BoolVar(&fleet, "fleet", false, "also print what nodes need to follow FlexNodeRollouts: the CRDs, the slots' namespace, RBAC, a FlowSchema")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "with --bootstrap-token: read the token from this file, or write a new one to it (mode 0600)")
 	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "with --bootstrap-token: how long the token is valid")
 	cmd.Flags().StringVarP(&output, "output", "o", "-", `where to write the objects: "-" for stdout, or a file (written 0600)`)

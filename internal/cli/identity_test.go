@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +276,28 @@ func TestConfigViewRedactsIdentitySecret(t *testing.T) {
 	out, _, code := run(t, "config", "view", "--config", p)
 	if code != 0 || strings.Contains(out, "very-secret-value") || !strings.Contains(out, `"clientSecret": "\u003credacted\u003e"`) && !strings.Contains(out, `"clientSecret": "<redacted>"`) {
 		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
+// --fleet prints the rollout objects alone or after another mode's.
+func TestClusterPrepareFleet(t *testing.T) {
+	out, _, code := run(t, "cluster", "prepare", "--fleet")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	kinds := func(out string) []string {
+		var ks []string
+		for _, d := range yamlDocs(t, out) {
+			ks = append(ks, d["kind"].(string))
+		}
+		return ks
+	}
+	alone := kinds(out)
+	if len(alone) == 0 || alone[0] != "CustomResourceDefinition" || !slices.Contains(alone, "FlowSchema") {
+		t.Fatalf("kinds %v", alone)
+	}
+	out, _, code = run(t, "cluster", "prepare", "--fleet", "--identity", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
+	if got := kinds(out); code != 0 || len(got) != len(alone)+2 || got[2] != "CustomResourceDefinition" || got[3] != "CustomResourceDefinition" {
+		t.Fatalf("with --identity: exit %d, kinds %v", code, got)
 	}
 }
