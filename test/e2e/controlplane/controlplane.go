@@ -130,7 +130,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 			cp, err = nil, fmt.Errorf("controlplane: %w (logs in %s)", err, c.LogsDir)
 		}
 	}()
-	if err := c.start(ctx, &opts); err != nil {
+	if err := c.startOnFreePorts(ctx, &opts); err != nil {
 		return c, err
 	}
 	c.Timings.Total = time.Since(begin)
@@ -508,27 +508,4 @@ func httpCheck(client *http.Client, url, want string) func(context.Context) erro
 		}
 		return nil
 	}
-}
-
-// freePorts picks a free TCP port on each of hosts. All listeners stay open
-// until every port is chosen so no two picks collide; another process can
-// still take one before the component binds it, which on a test machine is
-// rare enough to accept.
-func freePorts(hosts ...string) ([]int, error) {
-	var ports []int
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for _, host := range hosts {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, err
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
