@@ -178,10 +178,3 @@ not an Ignition config.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }
-
-// provisioningSources is where start's preflight looks for provisioning
-// payloads: the Azure defaults, overridden by the environment.
-func provisioningSources() *ignition.Sources {
-	s := ignition.SourcesFromEnv("/")
-	return &s
-}
