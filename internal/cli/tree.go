@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -68,8 +69,9 @@ func applyArgsRule(c *cobra.Command) {
 		// prints help when run alone.
 		return
 	case c.HasSubCommands() && !c.Runnable():
-		c.Args = cobra.NoArgs
+		c.Args = unknownSubcommand
 		c.RunE = nameASubcommand
+		c.SuggestionsMinimumDistance = 2 // cobra's for the root's
 	case c.Args == nil:
 		c.Args = cobra.NoArgs
 	}
@@ -84,6 +86,19 @@ func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// unknownSubcommand is a parent's argument rule: any argument is a
+// subcommand it does not have; a near miss is named.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return errors.New(msg)
 }
 
 // nameASubcommand is what a parent does run alone: it lists its

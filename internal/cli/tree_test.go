@@ -98,6 +98,9 @@ func TestParentsNameTheirSubcommands(t *testing.T) {
 	if _, errOut, _ := run(t, "image"); !strings.Contains(errOut, "build, check or push") {
 		t.Errorf("image: %q", errOut)
 	}
+	if _, errOut, code := run(t, "image", "biuld"); code != ExitInvalid || !strings.Contains(errOut, `unknown command "biuld" for "aks-flex-node image"; did you mean build?`) {
+		t.Errorf("image biuld: exit %d, %q", code, errOut)
+	}
 	// debug runs its checks when run alone; it has a subcommand too.
 	if c, _, err := NewRootCommand(io.Discard, io.Discard).Find([]string{"debug"}); err != nil || !c.Runnable() {
 		t.Errorf("debug is not runnable alone: %v", err)
