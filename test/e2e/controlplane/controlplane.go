@@ -476,36 +476,3 @@ func (c *ControlPlane) BootstrapKubeconfig(server string) ([]byte, error) {
 	cfg.CurrentContext = "tls-bootstrap-token-user@kubernetes"
 	return clientcmd.Write(*cfg)
 }
-
-func writeKubeconfig(file, server string, caPEM []byte, kp *keyPair) error {
-	user := kp.cert.Subject.CommonName
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["kubernetes"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.certPEM, ClientKeyData: kp.keyPEM}
-	cfg.Contexts[user+"@kubernetes"] = &clientcmdapi.Context{Cluster: "kubernetes", AuthInfo: user}
-	cfg.CurrentContext = user + "@kubernetes"
-	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
-		return fmt.Errorf("write kubeconfig %s: %w", file, err)
-	}
-	return nil
-}
-
-// httpCheck succeeds when GET url answers 200 with a body containing want.
-func httpCheck(client *http.Client, url, want string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-			return fmt.Errorf("GET %s: %s: %.500s", url, resp.Status, body)
-		}
-		return nil
-	}
-}
