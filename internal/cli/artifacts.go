@@ -23,15 +23,8 @@ containerd, runc, CNI plugins, crictl) and container image archives for one
 Kubernetes version and arch, in the layout bootstrap.offlineArtifacts.source
 consumes (docs/offline-bundle.md). Build one with 'artifacts build', publish
 it to a registry with 'artifacts push', and check one with 'artifacts verify'.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return invalidf("artifacts: name a subcommand: build, push or verify (see 'aks-flex-node artifacts --help')")
-		},
 	}
 	cmd.AddCommand(newArtifactsBuildCommand(), newArtifactsPushCommand(), newArtifactsVerifyCommand())
-	for _, c := range cmd.Commands() {
-		c.Args = wrapArgs(c.Args)
-	}
 	return cmd
 }
 

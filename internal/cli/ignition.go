@@ -72,7 +72,7 @@ access to the VM's metadata.
 needs Ignition 2.15 or newer.
 
 Exit status: 0 rendered, 1 the output could not be written, 2 invalid input.`,
-		Args: wrapArgs(cobra.NoArgs),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := loadConfig(path, cmd.ErrOrStderr())
 			if err != nil {
@@ -143,7 +143,7 @@ config, or base64 and/or gzip of it as Azure customData holds it.
 
 Exit status: 0 valid (warnings allowed), 1 FILE unreadable, 2 invalid or
 not an Ignition config.`,
-		Args: wrapArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -177,11 +177,4 @@ not an Ignition config.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
-}
-
-// provisioningSources is where start's preflight looks for provisioning
-// payloads: the Azure defaults, overridden by the environment.
-func provisioningSources() *ignition.Sources {
-	s := ignition.SourcesFromEnv("/")
-	return &s
 }

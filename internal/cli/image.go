@@ -33,15 +33,8 @@ the tools kubelet and the CNI plugins call, without kubelet or containerd
 (the offline bundle installs those). 'image build' assembles one from a
 Debian or Ubuntu archive's signed packages, or packs an existing rootfs;
 'image check' checks any image against the worker image contract.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return invalidf("image: name a subcommand: build or check (see 'aks-flex-node image --help')")
-		},
 	}
 	cmd.AddCommand(newImageBuildCommand(), newImageCheckCommand(), newImagePushCommand())
-	for _, c := range cmd.Commands() {
-		c.Args = wrapArgs(c.Args)
-	}
 	return cmd
 }
 

@@ -137,7 +137,7 @@ func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
 		KubernetesVersion: f.version, Image: f.image, DrainTimeout: f.drain, ReadyTimeout: f.ready,
 	}, *applied)
 	pf := lifecycle.Preflight{
-		Env:     &preflight.Env{Root: "/", ConfigFile: f.path, Layout: l},
+		Env:     preflightEnv(c, f.path, l),
 		Options: f.preflight,
 		Report:  con.Progress,
 	}

@@ -6,7 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/ignition"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 )
@@ -49,16 +51,14 @@ reported as warnings with --ignore-preflight-errors.`,
 			if err != nil {
 				return invalid(err)
 			}
-			src := ignition.SourcesFromEnv("/")
+			env := preflightEnv(c, path, l)
 			if cmd.Flags().Changed("custom-data") {
-				src.CustomData = customData
+				env.Provisioning.CustomData = customData
 			}
 			if cmd.Flags().Changed("imds-endpoint") {
-				src.AskIMDS(imds)
+				env.Provisioning.AskIMDS(imds)
 			}
-			env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
-			lifecycle.NewStart(lifecycle.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
-			report := preflight.Run(cmd.Context(), preflight.Checks(env), opts)
+			report := checkHost(cmd.Context(), env, opts)
 			out := cmd.OutOrStdout()
 			if output == "json" {
 				err = writeJSON(out, report)
@@ -82,6 +82,24 @@ reported as warnings with --ignore-preflight-errors.`,
 	return cmd
 }
 
+// preflightEnv is what the preflight checks look at on this host for the
+// config c, read from path and laid out as l: the one place start,
+// preflight, node upgrade and the support bundle make it. The host's
+// provisioning payloads are looked for where the process environment
+// says (ignition.SourcesFromEnv); preflight's flags may move them.
+func preflightEnv(c *config.Config, path string, l layout.Layout) *preflight.Env {
+	src := ignition.SourcesFromEnv("/")
+	return &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: &src}
+}
+
+// checkHost runs every preflight check on env outside a start (the
+// preflight command, a support bundle), the source checks wired as start
+// wires them: a start that runs nothing, so nothing is staged or unpacked.
+func checkHost(ctx context.Context, env *preflight.Env, opts preflight.Options) preflight.Report {
+	lifecycle.NewStart(lifecycle.Options{Layout: env.Layout, Config: env.Config, ConfigFile: env.ConfigFile}).WireChecks(env)
+	return preflight.Run(ctx, preflight.Checks(env), opts)
+}
+
 // preflightReport is `preflight --output json` for the config at path,
 // for a support bundle.
 func preflightReport(path string) func(context.Context) (any, error) {
@@ -94,8 +112,6 @@ func preflightReport(path string) func(context.Context) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		env := &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()}
-		lifecycle.NewStart(lifecycle.Options{Layout: l, Config: c, ConfigFile: path}).WireChecks(env)
-		return preflight.Run(ctx, preflight.Checks(env), preflight.Options{}), nil
+		return checkHost(ctx, preflightEnv(c, path, l), preflight.Options{}), nil
 	}
 }

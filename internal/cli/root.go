@@ -91,6 +91,8 @@ Agent-owned files live under the install prefix declared in the config
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// completion is our own command (completion.go): bash, zsh and fish,
+	// in its group and under the argument rule like every other.
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -98,44 +100,9 @@ Agent-owned files live under the install prefix declared in the config
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return invalidf("%v (see '%s --help')", err, c.CommandPath())
 	})
-	root.AddCommand(
-		newVersionCommand(),
-		newConfigCommand(),
-		newLayoutCommand(),
-		newHostCommand(),
-		newInstallServiceCommand(),
-		newUninstallServiceCommand(),
-		newAgentCommand(),
-		newStartCommand(),
-		newResetCommand(),
-		newNodeCommand(),
-		newPreflightCommand(),
-		newIgnitionCommand(),
-		newArtifactsCommand(),
-		newImageCommand(),
-		newAgentUpgradeCommand(),
-		newStatusCommand(),
-		newTokenCommand(),
-		newClusterCommand(),
-		newDebugCommand(),
-	)
-	for _, c := range root.Commands() {
-		c.Args = wrapArgs(c.Args)
-	}
+	addGroups(root)
+	applyArgsRule(root)
 	return root
-}
-
-// wrapArgs turns positional-argument errors into usage errors.
-func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
-	if v == nil {
-		return nil
-	}
-	return func(cmd *cobra.Command, args []string) error {
-		if err := v(cmd, args); err != nil {
-			return invalid(err)
-		}
-		return nil
-	}
 }
 
 func checkOutput(format string) error {

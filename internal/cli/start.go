@@ -105,7 +105,7 @@ func newStartCommand() *cobra.Command {
 				Lock:         lockWait(cmd, l, lockTimeout),
 			})
 			pf := lifecycle.Preflight{
-				Env:     &preflight.Env{Root: "/", Config: c, ConfigFile: path, Layout: l, Provisioning: provisioningSources()},
+				Env:     preflightEnv(c, path, l),
 				Options: opts,
 				Report:  con.Progress,
 			}

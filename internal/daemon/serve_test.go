@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,13 +42,16 @@ func get(t *testing.T, c *http.Client, url string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-func freeTCPAddress(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// servedAddress is the TCP address the agent logged it serves on: it
+// was given port 0 (a port picked free and then handed over could be
+// taken in between), and says which port it got, as an operator reads it.
+func servedAddress(t *testing.T, log string) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg="serving /healthz and /metrics" address=(\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("the agent did not log the TCP address it serves on:\n%s", log)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return m[1]
 }
 
 // /healthz is 200 while the local loop passes and 503, naming the loop and
@@ -62,10 +66,11 @@ func TestHealthAndMetricsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var failing atomic.Bool
+	var log syncBuf
 	passes := make(chan struct{}, 100)
 	a := &Agent{
-		Layout: l, Log: slog.New(slog.DiscardHandler), Interval: 20 * time.Millisecond,
-		Metrics: metrics.NewRegistry(l), Socket: l.OnRoot(l.AgentSocket()), TCPAddress: freeTCPAddress(t),
+		Layout: l, Log: slog.New(slog.NewTextHandler(&log, nil)), Interval: 20 * time.Millisecond,
+		Metrics: metrics.NewRegistry(l), Socket: l.OnRoot(l.AgentSocket()), TCPAddress: "127.0.0.1:0",
 		Loops: []Loop{{Name: "keep-machine", Local: true, Run: func(context.Context) error {
 			defer func() { passes <- struct{}{} }()
 			if failing.Load() {
@@ -111,7 +116,7 @@ func TestHealthAndMetricsServed(t *testing.T) {
 		t.Errorf("socket %v %v, want mode 0600", fi, err)
 	}
 	// The same on the configured TCP address.
-	for _, url := range []string{"http://agent/metrics", "http://" + a.TCPAddress + "/metrics"} {
+	for _, url := range []string{"http://agent/metrics", "http://" + servedAddress(t, log.String()) + "/metrics"} {
 		client := c
 		if url[7] != 'a' {
 			client = http.DefaultClient

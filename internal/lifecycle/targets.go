@@ -3,6 +3,9 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -41,6 +44,11 @@ type Machine struct {
 	Layout  layout.Layout
 	Name    string
 	Control *machine.Control
+	// monotonic reads the clock systemd in the machine stamps unit starts
+	// with; nil reads the host's CLOCK_MONOTONIC, which the machine shares
+	// (nspawn gives it no time namespace). Tests set a clock of a host up
+	// long enough for the start they fake, whatever this host's uptime.
+	monotonic func() (time.Duration, error)
 }
 
 // NewMachine is machine name of l, controlled through run (nil runs
@@ -55,6 +63,23 @@ func NewMachine(l layout.Layout, name string, run Runner) Machine {
 
 // Root is the machine's rootfs, as this process opens it.
 func (m Machine) Root() string { return machine.Dir(m.Layout, m.Name) }
+
+// monotonicNow is the time since boot on the machine's monotonic clock.
+func (m Machine) monotonicNow() (time.Duration, error) {
+	if m.monotonic != nil {
+		return m.monotonic()
+	}
+	return hostMonotonic()
+}
+
+// hostMonotonic reads the host's CLOCK_MONOTONIC.
+func hostMonotonic() (time.Duration, error) {
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return 0, fmt.Errorf("read CLOCK_MONOTONIC: %w", err)
+	}
+	return time.Duration(now.Nano()), nil
+}
 
 func (m Machine) exec(ctx context.Context, args ...string) ([]byte, error) {
 	return m.Control.Exec(ctx, m.Name, args...)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
@@ -77,8 +75,8 @@ func kubeletStarted(ctx context.Context, m Machine) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	var now unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+	now, err := m.monotonicNow()
+	if err != nil {
 		return time.Time{}, err
 	}
 	wall := time.Now()
@@ -87,7 +85,7 @@ func kubeletStarted(ctx context.Context, m Machine) (time.Time, error) {
 	if err != nil || usec <= 0 {
 		return time.Time{}, fmt.Errorf("kubelet start time: systemctl printed %q", strings.TrimSpace(string(out)))
 	}
-	ago := time.Duration(now.Nano()) - time.Duration(usec)*time.Microsecond
+	ago := now - time.Duration(usec)*time.Microsecond
 	if ago < 0 {
 		return time.Time{}, fmt.Errorf("kubelet start time: %d us is later than now", usec)
 	}

@@ -13,8 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -31,14 +29,30 @@ func readyNode(status corev1.ConditionStatus, hb time.Time) *corev1.Node {
 	}
 }
 
-// monotonicAt is wall time at on the monotonic clock, in microseconds, as
+// longUp is the monotonic clock of a host up 30 days: the host's own
+// clock moved on by that much, so it runs as the real one does but any
+// start a test fakes (an hour ago, a minute ago) lies after its boot,
+// however recently this host booted.
+func longUp() (time.Duration, error) {
+	now, err := hostMonotonic()
+	return now + 30*24*time.Hour, err
+}
+
+// testMachine is machine kube1 of l, run through run, on the longUp clock.
+func testMachine(l layout.Layout, run Runner) Machine {
+	m := NewMachine(l, "kube1", run)
+	m.monotonic = longUp
+	return m
+}
+
+// monotonicAt is wall time at on the longUp clock, in microseconds, as
 // systemd records a start.
 func monotonicAt(t *testing.T, at time.Time) int64 {
-	var now unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+	now, err := longUp()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return (time.Duration(now.Nano()) - time.Since(at)).Microseconds()
+	return (now - time.Since(at)).Microseconds()
 }
 
 // waitReadyTask is wait-node-ready against cs, in a machine whose systemd
@@ -61,7 +75,7 @@ func waitReadyTask(t *testing.T, cs kubernetes.Interface, started time.Time) *wa
 		return nil, errors.New("unexpected " + name + " " + strings.Join(args, " "))
 	}
 	client := &NodeClient{New: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil }}
-	return WaitNodeReady(NewMachine(l, "kube1", run), client, "n1", false, 300*time.Millisecond, nil).(*waitNodeReady)
+	return WaitNodeReady(testMachine(l, run), client, "n1", false, 300*time.Millisecond, nil).(*waitNodeReady)
 }
 
 // A Ready a kubelet from before this one left on the Node (a reset, then

@@ -55,7 +55,7 @@ func TestWritePodNetworkRestartsOnlyAStuckKubelet(t *testing.T) {
 				return nil, errors.New("unexpected " + cmd)
 			}
 			cs := fake.NewClientset(readyNode(corev1.ConditionTrue, tc.hb))
-			w := WritePodNetwork(NewMachine(l, "kube1", run), &config.Config{}, time.Second, nil).(*writePodNetwork)
+			w := WritePodNetwork(testMachine(l, run), &config.Config{}, time.Second, nil).(*writePodNetwork)
 			res, err := w.reportNow(t.Context(), kubeclienttest.Wrap(cs), "n1")
 			if err != nil || !res.Changed {
 				t.Fatalf("reportNow: %+v %v", res, err)

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/Azure/aks-flex-node/internal/apiprobe"
@@ -141,13 +143,8 @@ func TestAPIServerReachable(t *testing.T) {
 	r := wrong.run(NameAPIServerReachable)
 	want(t, r, SeverityError, "CA does not match", srv.URL, "node.kubelet.caCertData", wrong.configFile())
 
-	// Connection refused: a port that was just released.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	// Connection refused.
+	addr := refusedAddress(t)
 	refused := hostFor(t, srv, certPEM(srv.Certificate()))
 	refused.set("node.kubelet.clusterFQDN", addr)
 	want(t, refused.run(NameAPIServerReachable), SeverityError, "cannot reach the API server at https://"+addr+"/version", "node.kubelet.clusterFQDN")
@@ -243,4 +240,24 @@ func TestNodeNameIsAnAKSMachineName(t *testing.T) {
 	h := newHost(t)
 	h.cfg["agent"] = map[string]any{"nodeName": "node-1.site.example"}
 	want(t, h.run(NameNodeName), SeverityOK, "valid DNS-1123 name")
+}
+
+// refusedAddress is a loopback address that refuses connections for as
+// long as the test runs: a port bound and never listened on. A port
+// picked free and released could be taken by another process meanwhile.
+func refusedAddress(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }

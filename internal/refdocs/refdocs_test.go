@@ -236,8 +236,9 @@ func TestMakeProblemsFindsThem(t *testing.T) {
 	}
 }
 
-// With command groups, the index follows them as --help does, and a
-// command in no group is listed last.
+// With command groups, the index follows them as --help does (in the
+// order the commands were added: the cli package turns cobra's sorting
+// off so start comes first), and a command in no group is listed last.
 func TestIndexByGroups(t *testing.T) {
 	root := &cobra.Command{Use: "x"}
 	root.AddGroup(&cobra.Group{ID: "join", Title: "Join and leave:"})
@@ -249,9 +250,9 @@ func TestIndexByGroups(t *testing.T) {
 	var b strings.Builder
 	writeIndex(&b, root)
 	want := "Join and leave\n\n" +
+		"- [`x start`](#x-start): Join\n" +
 		"- [`x node`](#x-node)\n" +
-		"- [`x node upgrade`](#x-node-upgrade): Repave\n" +
-		"- [`x start`](#x-start): Join\n\n" +
+		"- [`x node upgrade`](#x-node-upgrade): Repave\n\n" +
 		"Other commands\n\n" +
 		"- [`x version`](#x-version)\n\n"
 	if b.String() != want {

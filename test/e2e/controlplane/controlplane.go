@@ -135,7 +135,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 			cp, err = nil, fmt.Errorf("controlplane: %w (logs in %s)", err, c.LogsDir)
 		}
 	}()
-	if err := c.start(ctx, &opts); err != nil {
+	if err := c.startOnFreePorts(ctx, &opts); err != nil {
 		return c, err
 	}
 	c.Timings.Total = time.Since(begin)
@@ -484,60 +484,4 @@ func (c *ControlPlane) BootstrapKubeconfig(server string) ([]byte, error) {
 	cfg.Contexts["tls-bootstrap-token-user@kubernetes"] = &clientcmdapi.Context{Cluster: "kubernetes", AuthInfo: "tls-bootstrap-token-user"}
 	cfg.CurrentContext = "tls-bootstrap-token-user@kubernetes"
 	return clientcmd.Write(*cfg)
-}
-
-func writeKubeconfig(file, server string, caPEM []byte, kp *keyPair) error {
-	user := kp.cert.Subject.CommonName
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["kubernetes"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.certPEM, ClientKeyData: kp.keyPEM}
-	cfg.Contexts[user+"@kubernetes"] = &clientcmdapi.Context{Cluster: "kubernetes", AuthInfo: user}
-	cfg.CurrentContext = user + "@kubernetes"
-	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
-		return fmt.Errorf("write kubeconfig %s: %w", file, err)
-	}
-	return nil
-}
-
-// httpCheck succeeds when GET url answers 200 with a body containing want.
-func httpCheck(client *http.Client, url, want string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-			return fmt.Errorf("GET %s: %s: %.500s", url, resp.Status, body)
-		}
-		return nil
-	}
-}
-
-// freePorts picks a free TCP port on each of hosts. All listeners stay open
-// until every port is chosen so no two picks collide; another process can
-// still take one before the component binds it, which on a test machine is
-// rare enough to accept.
-func freePorts(hosts ...string) ([]int, error) {
-	var ports []int
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for _, host := range hosts {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, err
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -14,6 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // serviceIP is the first address of serviceCIDR: the `kubernetes` Service,
@@ -267,4 +270,17 @@ func newPKI(dir string, advertise net.IP) (*pki, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+func writeKubeconfig(file, server string, caPEM []byte, kp *keyPair) error {
+	user := kp.cert.Subject.CommonName
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubernetes"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.certPEM, ClientKeyData: kp.keyPEM}
+	cfg.Contexts[user+"@kubernetes"] = &clientcmdapi.Context{Cluster: "kubernetes", AuthInfo: user}
+	cfg.CurrentContext = user + "@kubernetes"
+	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", file, err)
+	}
+	return nil
 }

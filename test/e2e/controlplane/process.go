@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -127,4 +129,24 @@ func (p *process) tail(max int64) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// httpCheck succeeds when GET url answers 200 with a body containing want.
+func httpCheck(client *http.Client, url, want string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			return fmt.Errorf("GET %s: %s: %.500s", url, resp.Status, body)
+		}
+		return nil
+	}
 }

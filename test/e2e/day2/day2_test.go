@@ -251,8 +251,9 @@ func (e *env) debug(t *testing.T) (string, int, time.Duration) {
 	return out, code, took
 }
 
-// debugHealthy: every check OK, exit 0, under two seconds each of five
-// runs (the time includes entering the host's namespaces).
+// debugHealthy: every check OK, exit 0, in each of five runs, and under
+// two seconds on the median run (the time includes entering the host's
+// namespaces).
 func (e *env) debugHealthy(t *testing.T) {
 	// The machine's filesystems are the test host's overlay upper dir on
 	// this machine's disk. When that disk itself is near the kubelet's
@@ -290,8 +291,11 @@ func (e *env) debugHealthy(t *testing.T) {
 	slices.Sort(times)
 	t.Logf("debug on a healthy node:\n%s", out)
 	t.Logf("BENCH debug-healthy min=%v median=%v max=%v", times[0].Round(time.Millisecond), times[2].Round(time.Millisecond), times[4].Round(time.Millisecond))
-	if times[4] > debugBudget {
-		t.Errorf("debug took %v at most, over %v", times[4], debugBudget)
+	// The median, not the slowest: a debug that waits on something slow
+	// (a timeout, a retry) is slow on every run, while a busy machine
+	// (make test runs this beside other end-to-end packages) stalls some.
+	if times[2] > debugBudget {
+		t.Errorf("debug took %v on the median run of 5 (slowest %v), over %v", times[2], times[4], debugBudget)
 	}
 	for _, name := range []string{"joined", "api-server", "client-certificate", "clock-skew", "machine", "containerd", "kubelet", "node-conditions", "cni", "disk-pressure", "agent"} {
 		if name == "disk-pressure" && diskWarn != "must not" {

@@ -99,8 +99,11 @@ func (e *env) repave(t *testing.T, w *workload, from, to, image string, run func
 
 // rollback: a bundle whose kubelet exits at start. The new side never
 // turns Ready, the old one serves again, uncordoned, and status says why.
+// The new side's wait is waited out in full (its kubelet never comes), so
+// --ready-timeout is short; it also bounds the old side's return, which
+// takes about a second once its machine runs (20x margin).
 func (e *env) rollback(t *testing.T) {
-	r, log, err := e.nodeUpgrade(t, "--kubernetes-version", failing, "--ready-timeout", "40s", "--drain-timeout", "1m")
+	r, log, err := e.nodeUpgrade(t, "--kubernetes-version", failing, "--ready-timeout", "20s", "--drain-timeout", "1m")
 	if err == nil || r.Result != "rolled-back" || !strings.Contains(log, "rolled back") {
 		t.Fatalf("node upgrade to a failing kubelet: %v, record %+v", err, r)
 	}
