@@ -58,6 +58,9 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
 			Reset: func(ctx context.Context) error { return startDeletionReset(ctx, l) },
 		}))
+		if f := newMachineFollower(c, l, log, keeper, nodeClient, interval); f != nil {
+			a.Loops = append(a.Loops, FollowMachine(f))
+		}
 		// The node's bridge network reaches the other nodes' pods; in
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {
