@@ -166,8 +166,9 @@ func (f *MachineFollower) ensureRegistered(ctx context.Context, cl *machineapi.C
 
 // observe reads the Machine (armErr: the client or the registration
 // failed already) and the node's Node. A Node whose UID differs from the
-// one a disruptive goal waited on was deleted by AKS and registered again
-// by the kubelet since: for the table it is gone.
+// one the last pass saw was deleted since (AKS deletes it after its drain
+// for a disruptive goal) and registered again by the kubelet, which does
+// so within seconds: for the table it is gone.
 func (f *MachineFollower) observe(ctx context.Context, cl *machineapi.Client, armErr error, cs kubeclient.Interface, name string, rec machineapi.GoalRecord) (machineapi.Observed, *corev1.Node, error) {
 	var obs machineapi.Observed
 	if armErr == nil {
@@ -182,6 +183,6 @@ func (f *MachineFollower) observe(ctx context.Context, cl *machineapi.Client, ar
 		return obs, nil, err
 	}
 	obs.NodeDeletionTaint = deleting(n)
-	obs.NodeExists = rec.WaitingNodeUID == "" || string(n.UID) == rec.WaitingNodeUID
+	obs.NodeExists = rec.NodeUID == "" || string(n.UID) == rec.NodeUID
 	return obs, n, nil
 }

@@ -32,7 +32,7 @@ const ConditionMachine = "FlexNodeMachine"
 // afterwards. acted is false when the pass was skipped because another
 // command holds the node lock (nothing to report then).
 func (f *MachineFollower) act(ctx context.Context, d machineapi.Decision, cs kubeclient.Interface, a *state.Applied, n *corev1.Node, rec *machineapi.GoalRecord) (acted bool, err error) {
-	adopt := func() { rec.Applied, rec.ETag, rec.WaitingNodeUID = d.Goal, d.ETag, "" }
+	adopt := func() { rec.Applied, rec.ETag = d.Goal, d.ETag }
 	switch d.Action {
 	case machineapi.ActionNone:
 		adopt()
@@ -57,10 +57,8 @@ func (f *MachineFollower) act(ctx context.Context, d machineapi.Decision, cs kub
 			return true, fmt.Errorf("repave to the AKS Machine's goal (Kubernetes %s): %w", d.Goal.Version, err)
 		}
 		adopt()
-	case machineapi.ActionWaitForNodeDeletion:
-		if n != nil && rec.WaitingNodeUID == "" {
-			rec.WaitingNodeUID = string(n.UID)
-		}
+		rec.NodeUID = "" // the new side's kubelet registers the Node anew
+		return true, nil
 	case machineapi.ActionReset:
 		k := &NodeObjectKeeper{Keeper: f.Keeper, Client: f.Client, Reset: f.Reset}
 		if err := k.deletion(ctx, cs, a); err != nil {
@@ -154,11 +152,15 @@ func (f *MachineFollower) report(ctx context.Context, cs kubeclient.Interface, n
 	if err != nil {
 		rec.Error = err.Error()
 	}
+	setCondition := n != nil && d.Action != machineapi.ActionReset
+	if setCondition {
+		rec.NodeUID = string(n.UID)
+	}
 	if _, werr := fsutil.WriteJSON(mk.Layout.OnRoot(mk.Layout.MachineGoal()), rec); werr != nil {
 		mk.Log.Warn(followMachineLoop+": record the decision", "error", werr)
 	}
 	mk.Metrics.MachineDecision(string(d.Action))
-	if n == nil || d.Action == machineapi.ActionReset {
+	if !setCondition {
 		return
 	}
 	if cerr := setMachineCondition(ctx, cs, n, machineCondition(*rec, f.now())); cerr != nil {

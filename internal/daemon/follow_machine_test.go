@@ -23,6 +23,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/machineapi"
+	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/transport"
 	"github.com/Azure/aks-flex-node/test/fakearm"
 	"github.com/Azure/aks-flex-node/test/fakeentra"
@@ -79,6 +80,7 @@ func newFollowEnv(t *testing.T) *followEnv {
 	e := &followEnv{h: h, arm: arm, id: id,
 		cs: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.Agent.NodeName, UID: "node-uid-1",
 			Labels: map[string]string{"kubernetes.io/hostname": c.Agent.NodeName}}})}
+	h.k.Metrics = metrics.NewRegistry(h.l)
 	e.f = &MachineFollower{Keeper: h.k, Config: c,
 		ARM:    func() (*machineapi.Client, error) { return cl, nil },
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(e.cs), nil },
@@ -185,6 +187,9 @@ func TestFollowMachineAppliesLabelsInPlace(t *testing.T) {
 	if c := e.condition(t); c.Status != corev1.ConditionTrue || c.Reason != "ApplyInPlace" || !strings.Contains(c.Message, etag) {
 		t.Errorf("condition: %+v", c)
 	}
+	if n := decisions(t, e, "apply-in-place"); n != 1 {
+		t.Errorf("machine_goal_decisions_total{decision=apply-in-place} = %v", n)
+	}
 	e.h.keep(t)
 	if r := e.h.repairs(t); len(r) != 0 {
 		t.Errorf("drift repair undid the goal: %q", r)
@@ -205,7 +210,7 @@ func TestFollowMachineWaitsWhileNodeExists(t *testing.T) {
 	e.arm.Update(e.id.String(), func(k map[string]any) { k["orchestratorVersion"] = "1.35.1" })
 	e.follow(t)
 	g := e.goal(t)
-	if g.Decision != machineapi.ActionWaitForNodeDeletion || g.ETag != old || g.Applied.Version != "1.35.0" || g.WaitingNodeUID != "node-uid-1" {
+	if g.Decision != machineapi.ActionWaitForNodeDeletion || g.ETag != old || g.Applied.Version != "1.35.0" || g.NodeUID != "node-uid-1" {
 		t.Fatalf("%+v", g)
 	}
 	if len(e.repaves) != 0 {
@@ -222,20 +227,26 @@ func TestFollowMachineWaitsWhileNodeExists(t *testing.T) {
 // The version (and maxPods) change and AKS deletes the Node: the node
 // repaves to the goal, the goal's settings in the repave's config, and
 // adopts the eTag. A Node the kubelet registered again after AKS deleted
-// it (another UID) counts as gone.
+// it (another UID than the last pass saw) counts as gone, also when the
+// change, the deletion and the registration all fell between two passes.
 func TestFollowMachineRepavesWhenNodeGone(t *testing.T) {
-	for _, how := range []string{"deleted", "registered-again"} {
+	for _, how := range []string{"deleted", "registered-again-while-waiting", "registered-again-between-passes"} {
 		t.Run(how, func(t *testing.T) {
 			e := newFollowEnv(t)
 			e.machine()
 			e.follow(t)
 			etag, _ := e.arm.Update(e.id.String(), func(k map[string]any) { k["orchestratorVersion"] = "1.35.1"; k["maxPods"] = 50 })
-			e.follow(t) // waits, noting the Node's UID
+			if how != "registered-again-between-passes" {
+				e.follow(t) // waits
+				if g := e.goal(t); g.Decision != machineapi.ActionWaitForNodeDeletion {
+					t.Fatalf("with the Node there: %+v", g)
+				}
+			}
 			name := e.f.Config.Agent.NodeName
 			if err := e.cs.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if how == "registered-again" {
+			if how != "deleted" {
 				if _, err := e.cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("node-uid-2")}}, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
@@ -245,7 +256,7 @@ func TestFollowMachineRepavesWhenNodeGone(t *testing.T) {
 				t.Fatalf("repaves: %d %+v", len(e.repaves), e.repaves)
 			}
 			g := e.goal(t)
-			if g.Decision != machineapi.ActionRepave || g.ETag != etag || g.Applied.Version != "1.35.1" || g.WaitingNodeUID != "" {
+			if g.Decision != machineapi.ActionRepave || g.ETag != etag || g.Applied.Version != "1.35.1" || g.Applied.MaxPods != 50 {
 				t.Errorf("%+v", g)
 			}
 			e.follow(t)
@@ -348,5 +359,51 @@ func TestAgentRetriesOptionalRegistration(t *testing.T) {
 	}
 	if g := e.goal(t); g.Decision != machineapi.ActionNone || g.ETag != rec.ETag {
 		t.Errorf("after registration: %+v", g)
+	}
+}
+
+// decisions is machine_goal_decisions_total for decision.
+func decisions(t *testing.T, e *followEnv, decision string) float64 {
+	t.Helper()
+	mfs, err := e.h.k.Metrics.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.Namespace+"_machine_goal_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "decision" && lp.GetValue() == decision {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// With an AKS Machine, a Node tainted for deletion whose Machine is
+// still there is not reset: keep-node-object leaves the taint to
+// follow-machine, which waits for the Machine to go.
+func TestFollowMachineDoesNotResetWhileTheMachineExists(t *testing.T) {
+	e := newFollowEnv(t)
+	e.machine()
+	n := e.node(t)
+	n.Spec.Taints = []corev1.Taint{{Key: DeletingTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := e.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k := &NodeObjectKeeper{Keeper: e.h.k, Client: e.f.Client, Reset: e.f.Reset, DeletionFollowsMachine: true}
+	if err := k.Keep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.follow(t)
+	if e.resets != 0 {
+		t.Errorf("reset with the Machine there: %d", e.resets)
+	}
+	if g := e.goal(t); g.Decision != machineapi.ActionNone {
+		t.Errorf("%+v", g)
 	}
 }

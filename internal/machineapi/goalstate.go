@@ -54,10 +54,10 @@ type GoalRecord struct {
 	Reason   string    `json:"reason,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	At       time.Time `json:"at"`
-	// WaitingNodeUID is the Node's UID while a disruptive goal waits for
-	// AKS to delete the Node: a Node with another UID is the kubelet's
-	// registration after that deletion, so the Node counts as gone.
-	WaitingNodeUID string `json:"waitingNodeUid,omitempty"`
+	// NodeUID is the Node's UID at the last pass: a Node with another UID
+	// was deleted since (by AKS, for a disruptive goal) and registered
+	// again by the kubelet, so for the table it is gone.
+	NodeUID string `json:"nodeUid,omitempty"`
 }
 
 // Line is the record in one line, as status shows it.
