@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/kubeclient/kubeclienttest"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/metrics"
@@ -405,5 +407,31 @@ func TestFollowMachineDoesNotResetWhileTheMachineExists(t *testing.T) {
 	}
 	if g := e.goal(t); g.Decision != machineapi.ActionNone {
 		t.Errorf("%+v", g)
+	}
+}
+
+// The agent runs follow-machine only when the config names a target
+// cluster, and then leaves the deletion taint to it.
+func TestAgentFollowsTheMachineOnlyWithATargetCluster(t *testing.T) {
+	l, err := layout.New(t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, example := range []string{"acl-bootstrap-token.json", "acl-aks-machine.json"} {
+		c, err := config.Load("../../examples/" + example)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(c, l, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		follows := false
+		for _, lp := range a.Loops {
+			follows = follows || lp.Name == followMachineLoop
+		}
+		if want := example == "acl-aks-machine.json"; follows != want {
+			t.Errorf("%s: follow-machine %v, want %v", example, follows, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,12 +72,26 @@ func repaveTo(l layout.Layout, log *slog.Logger) func(ctx context.Context, c *co
 		if err != nil {
 			return err
 		}
+		out := logWriter{log: log}
 		r := lifecycle.NewRepave(lifecycle.RepaveOptions{
-			Options:           lifecycle.Options{Layout: l, Config: c, ConfigFile: l.ConfigFile(), ConfigData: data, Log: log},
+			Options:           lifecycle.Options{Layout: l, Config: c, ConfigFile: l.ConfigFile(), ConfigData: data, Log: log, Progress: out},
 			KubernetesVersion: c.Components.Kubernetes,
 		}, *applied)
-		pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}}
+		pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
 		_, err = r.Run(ctx, pf)
 		return err
 	}
+}
+
+// logWriter puts the repave's own lines (its progress, its preflight
+// report) in the agent's log, one log line each.
+type logWriter struct{ log *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			w.log.Info(followMachineLoop + ": " + line)
+		}
+	}
+	return len(p), nil
 }
