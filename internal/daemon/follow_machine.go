@@ -108,7 +108,7 @@ func (f *MachineFollower) Follow(ctx context.Context) error {
 	mk.Log.Info(d.String())
 	acted, actErr := f.act(ctx, d, cs, a, n, &rec)
 	if !acted {
-		return nil // skipped under another command's lock: the next pass decides again
+		return actErr // nil when skipped under another command's lock: the next pass decides again
 	}
 	f.report(ctx, cs, n, d, &rec, errors.Join(obs.ARMError, actErr))
 	if obs.ARMError != nil {
