@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,11 +113,29 @@ func TestFollowMachine(t *testing.T) {
 	if err := h.WriteFile("/etc/aks-flex-node/config.json", data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	step("ARM answers 403: start refuses before the host changes, naming the Machine and AuthorizationFailed")
+	id := testClusterID + "/agentPools/aksflexnodes/machines/" + sc.nodeName
+	arm.Inject(fakearm.Fault{Method: http.MethodGet, Kind: fakearm.KindMachine, Status: http.StatusForbidden, Code: "AuthorizationFailed", Message: "The client does not have authorization", Times: 1})
+	before, err := h.Snapshot("/etc", "/var", "/opt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := h.Run(ctx, "/root/dist/aks-flex-node", "start", "--config", "/etc/aks-flex-node/config.json")
+	if err == nil || !strings.Contains(stderr, id) || !strings.Contains(stderr, "AuthorizationFailed") || !strings.Contains(stderr, "nothing on the host was changed") {
+		t.Errorf("start with a 403 from ARM: err=%v\n%s\n%s", err, stdout, stderr)
+	}
+	after, err := h.Snapshot("/etc", "/var", "/opt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := aclhost.Diff(before, after); len(diff) != 0 {
+		t.Errorf("the refused start changed the host:\n%s", strings.Join(diff, "\n"))
+	}
+
 	e.install(t, h)
 	e.start(t, h, sc, "first")
 	kubetest.WaitReadySince(ctx, t, e.cp.Client, sc.nodeName, e.lastStart, 2*time.Minute)
 
-	id := testClusterID + "/agentPools/aksflexnodes/machines/" + sc.nodeName
 	m := arm.Machine(id)
 	props, _ := m["properties"].(map[string]any)
 	k, _ := props["kubernetes"].(map[string]any)
@@ -151,6 +170,38 @@ func TestFollowMachine(t *testing.T) {
 	out := h.RunOK(t, sc.agent, "status")
 	if !strings.Contains(out, "goal:") || !strings.Contains(out, etag) {
 		t.Errorf("status does not show the goal at eTag %s:\n%s", etag, out)
+	}
+	h.RunOK(t, sc.agent, "reset")
+
+	step("Registration optional: a 403 at start joins with a warning; the agent registers once ARM allows it")
+	ag["requireMachineRegistration"] = false
+	data, _ = json.MarshalIndent(cfg, "", "  ")
+	if err := h.WriteFile("/etc/aks-flex-node/config.json", data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !arm.Remove(id) {
+		t.Fatal("no Machine to remove")
+	}
+	arm.Inject(fakearm.Fault{Method: http.MethodPut, Kind: fakearm.KindMachine, Status: http.StatusForbidden, Code: "AuthorizationFailed", Message: "The client does not have authorization", Times: 1})
+	e.install(t, h)
+	e.start(t, h, sc, "optional")
+	if st := h.RunOK(t, sc.agent, "status"); !strings.Contains(st, "NOT registered") && arm.Machine(id) == nil {
+		t.Errorf("status after a failed optional registration:\n%s", st)
+	}
+	retried := time.Now()
+	for arm.Machine(id) == nil {
+		if time.Since(retried) > machineInterval+machineInterval/10+15*time.Second {
+			t.Fatalf("the agent did not register the Machine within one interval; status:\n%s", h.RunOK(t, sc.agent, "status"))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("BENCH follow-machine registered-by-agent-after=%v", time.Since(retried).Round(time.Millisecond))
+	deadline = time.Now().Add(10 * time.Second)
+	for st := h.RunOK(t, sc.agent, "status"); !strings.Contains(st, "created"); st = h.RunOK(t, sc.agent, "status") {
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not say the agent registered the Machine:\n%s", st)
+		}
+		time.Sleep(time.Second)
 	}
 	h.RunOK(t, sc.agent, "reset")
 }
