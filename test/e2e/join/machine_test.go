@@ -59,9 +59,8 @@ func TestFollowMachine(t *testing.T) {
 	cfg := e.machineConfig(t, sc, arm.URL)
 	writeConfig(t, h, cfg)
 	id := testClusterID + "/agentPools/aksflexnodes/machines/" + sc.nodeName
-	checkRefusedOn403(t, h, arm, id)
-
 	e.install(t, h)
+	checkRefusedOn403(t, h, sc, arm, id)
 	e.start(t, h, sc, "first")
 	kubetest.WaitReadySince(ctx, t, e.cp.Client, sc.nodeName, e.lastStart, 2*time.Minute)
 	m := arm.Machine(id)
@@ -165,16 +164,16 @@ func writeConfig(t *testing.T, h *aclhost.Host, cfg map[string]any) {
 }
 
 // checkRefusedOn403: ARM answers 403 and registration is required: start
-// refuses, naming the Machine and AuthorizationFailed, before the host
-// changes.
-func checkRefusedOn403(t *testing.T, h *aclhost.Host, arm *fakearm.Server, id string) {
+// (its preflight passed: the agent is installed) refuses, naming the
+// Machine and AuthorizationFailed, before the host changes.
+func checkRefusedOn403(t *testing.T, h *aclhost.Host, sc scenario, arm *fakearm.Server, id string) {
 	step("ARM answers 403: start refuses before the host changes, naming the Machine and AuthorizationFailed")
 	arm.Inject(fakearm.Fault{Method: http.MethodGet, Kind: fakearm.KindMachine, Status: http.StatusForbidden, Code: "AuthorizationFailed", Message: "The client does not have authorization", Times: 1})
 	before, err := h.Snapshot("/etc", "/var", "/opt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, err := h.Run(context.Background(), "/root/dist/aks-flex-node", "start", "--config", "/etc/aks-flex-node/config.json")
+	stdout, stderr, err := h.Run(context.Background(), sc.agent, "start")
 	if err == nil || !strings.Contains(stderr, id) || !strings.Contains(stderr, "AuthorizationFailed") || !strings.Contains(stderr, "nothing on the host was changed") {
 		t.Errorf("start with a 403 from ARM: err=%v\n%s\n%s", err, stdout, stderr)
 	}
