@@ -43,6 +43,18 @@ repair is a log line, a metric, an entry status shows, and an Event
 (Repaired, or RepairFailed) on the Node, recorded with the node's own
 credential; so is a rollback of an agent upgrade (RolledBack).
 
+With azure.targetCluster.resourceId set, it follows the node's AKS Machine
+as its goal (loop follow-machine), every agent.machineReconcileInterval
+with 0-10 % jitter, one log line per decision: labels and taints changed
+are applied in place (the labels a node may set on its own Node, and the
+kubelet's registration settings; AKS sets a registered Node's taints), a
+new Kubernetes version, maxPods or image-GC thresholds wait until AKS has
+deleted the Node and are then applied by a repave (with its rollback), a
+deleted Machine with the Node tainted resets the host, and while ARM fails
+nothing changes. A registration start could not make is retried. The
+applied eTag, the last decision and error are the Node's FlexNodeMachine
+condition, in status, debug and /metrics.
+
 It serves /healthz and /metrics (Prometheus) on the Unix socket
 /var/lib/aks-flex-node/agent.sock (root only), and on agent.metricsAddress
 when that is set:

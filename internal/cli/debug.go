@@ -38,6 +38,9 @@ what is wrong and what to do, kubeadm-preflight style. Changes nothing.
                       kubelet's eviction and image GC thresholds
   agent               aks-flex-node-agent.service, its /healthz (last pass
                       and last error of each loop), an upgrade in flight
+  aks-machine         the AKS Machine registered (by start or the agent's
+                      retry), the goal the agent follows: its last
+                      decision, applied eTag and last error
 
 On a host that has not joined only the first check runs. Exit code 0 when no
 check found an error (warnings included), 1 otherwise. "debug bundle" collects

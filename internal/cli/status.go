@@ -28,7 +28,10 @@ what each runs (Kubernetes version, worker image digest, why a repave to it
 was rolled back), the repave in flight and the last one (from, to,
 duration, result, reason), and the node's pod network: the mode, the CNI
 config containerd loads, or what the node waits for (in networking.mode
-cluster, the cluster's CNI). The layout comes from --config; an absent or unreadable
+cluster, the cluster's CNI), and the node's AKS Machine: whether start
+registered it (or the agent, retrying one that failed), and the goal the
+agent follows (its last decision, the applied eTag and version, its last
+error). The layout comes from --config; an absent or unreadable
 config selects the default layout, and says so on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -57,14 +60,19 @@ config selects the default layout, and says so on stderr.`,
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
+			goal, err := readMachineGoal(l)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					*agentupgrade.Status
-					Repairs []state.Repair     `json:"repairs"`
-					Node    *state.Sides       `json:"node"`
-					Network nodeNetwork        `json:"network"`
-					Machine *machineapi.Record `json:"aksMachine"`
-				}{s, repairs, sides, network, mach})
+					Repairs []state.Repair         `json:"repairs"`
+					Node    *state.Sides           `json:"node"`
+					Network nodeNetwork            `json:"network"`
+					Machine *machineapi.Record     `json:"aksMachine"`
+					Goal    *machineapi.GoalRecord `json:"aksMachineGoal,omitempty"`
+				}{s, repairs, sides, network, mach, goal})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "agent:      %s (version %s)\n", s.AgentBinary, orNone(s.CurrentVersion))
@@ -103,7 +111,7 @@ config selects the default layout, and says so on stderr.`,
 			printRepairs(w, repairs)
 			printSides(w, l.Machines(), sides)
 			printNetwork(w, network)
-			printMachine(w, mach)
+			printMachine(w, mach, goal)
 			return nil
 		},
 	}

@@ -53,9 +53,14 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 			return kubeclient.New(cfg, kubeclient.AgentLoop)
 		}
 		a.Loops = append(a.Loops, FinishRepave(keeper, nodeClient, c.Agent.NodeName))
+		follower := newMachineFollower(c, l, log, keeper, nodeClient, interval)
 		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
-			Reset: func(ctx context.Context) error { return startDeletionReset(ctx, l) },
+			Reset:                  func(ctx context.Context) error { return startDeletionReset(ctx, l) },
+			DeletionFollowsMachine: follower != nil,
 		}))
+		if follower != nil {
+			a.Loops = append(a.Loops, FollowMachine(follower))
+		}
 		// The node's bridge network reaches the other nodes' pods; in
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {

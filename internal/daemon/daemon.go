@@ -8,6 +8,9 @@
 //     the checksums start recorded and stops the inactive side;
 //   - keep-node-object (keep_node_object.go) registers a deleted Node again
 //     and resets a host whose Node carries the deletion taint;
+//   - follow-machine (follow_machine*.go) follows the node's AKS Machine
+//     as its goal (labels and taints in place, a repave once AKS deleted
+//     the Node, the deletion reset) and retries a failed registration;
 //   - keep-pod-routes (keep_pod_routes.go) routes to the other Nodes' pod
 //     CIDRs from a watch on the Nodes;
 //   - keep-host-routes (keep_host_routes.go) keeps hostRouting's static

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
@@ -150,12 +152,36 @@ func (k *MachineKeeper) restoreFiles(ctx context.Context, name string, a *state.
 }
 
 // render is the agent's rendering of the node files from the config file
-// as it is now: only files whose rendering still has the recorded
-// checksum are restored from it.
+// as it is now, with the AKS Machine's goal the agent applied over it:
+// only files whose rendering still has the recorded checksum are
+// restored from it.
 func (k *MachineKeeper) render() ([]node.File, error) {
-	c, err := config.Load(k.ConfigFile)
+	c, opts, err := k.nodeConfig(nil)
 	if err != nil {
 		return nil, err
+	}
+	return node.Render(c, opts)
+}
+
+// nodeConfig is the config the node files render from and the host's
+// options: the config file with goal over it, or (goal nil) with the
+// settings the follow-machine loop recorded as applied, when there are.
+func (k *MachineKeeper) nodeConfig(goal *machineapi.Settings) (*config.Config, node.Options, error) {
+	c, err := config.Load(k.ConfigFile)
+	if err != nil {
+		return nil, node.Options{}, err
+	}
+	if goal == nil {
+		rec, err := machineapi.LoadGoalRecord(k.Layout.OnRoot(k.Layout.MachineGoal()))
+		switch {
+		case err == nil:
+			goal = &rec.Applied
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, node.Options{}, err
+		}
+	}
+	if goal != nil {
+		c = goal.Overlay(c)
 	}
 	cgroupMode := k.CgroupMode
 	if cgroupMode == nil {
@@ -163,9 +189,9 @@ func (k *MachineKeeper) render() ([]node.File, error) {
 	}
 	mode, err := cgroupMode()
 	if err != nil {
-		return nil, fmt.Errorf("detect cgroup mode: %w", err)
+		return nil, node.Options{}, fmt.Errorf("detect cgroup mode: %w", err)
 	}
-	return node.Render(c, node.HostOptions(mode))
+	return c, node.HostOptions(mode), nil
 }
 
 // keepUnit starts unit in machine name when it is inactive or failed. A

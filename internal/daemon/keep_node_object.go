@@ -52,6 +52,10 @@ type NodeObjectKeeper struct {
 	// Reset starts `aks-flex-node reset` outside the agent's unit (reset
 	// stops the agent, which must not end the reset with it).
 	Reset func(ctx context.Context) error
+	// DeletionFollowsMachine leaves the deletion taint to follow-machine:
+	// with an AKS Machine, upstream's table resets the host only once the
+	// Machine is gone too.
+	DeletionFollowsMachine bool
 
 	lastRestart time.Time
 	resetting   bool
@@ -83,7 +87,7 @@ func (k *NodeObjectKeeper) Keep(ctx context.Context) error {
 		return k.reregister(ctx, a)
 	case err != nil:
 		return fmt.Errorf("keep node object: get Node %s: %w", a.NodeName, err)
-	case deleting(n):
+	case deleting(n) && !k.DeletionFollowsMachine:
 		return k.deletion(ctx, cs, a)
 	}
 	return nil

@@ -40,13 +40,14 @@ const (
 	NameCNI              = "cni"
 	NameDiskPressure     = "disk-pressure"
 	NameAgent            = "agent"
+	NameAKSMachine       = "aks-machine"
 	defaultProbeTimeout  = 5 * time.Second
 	defaultOverallBudget = 20 * time.Second
 )
 
 // Names are the checks of a joined node, in report order.
 var Names = []string{NameJoined, NameAPIServer, NameClientCert, NameClockSkew, NameMachine, NameContainerd, NameKubelet,
-	NameNodeConditions, NameCNI, NameDiskPressure, NameAgent}
+	NameNodeConditions, NameCNI, NameDiskPressure, NameAgent, NameAKSMachine}
 
 // Env is what the checks look at. The zero values of the optional fields
 // are the running host's.
@@ -155,6 +156,7 @@ func Checks(e *Env) []preflight.Check {
 	return []preflight.Check{
 		checkJoined(e), checkAPIServer(e), checkClientCert(e), checkClockSkew(e), checkMachine(e),
 		checkContainerd(e), checkKubelet(e), checkNodeConditions(e), checkCNI(e), checkDiskPressure(e), checkAgent(e),
+		checkAKSMachine(e),
 	}
 }
 

@@ -55,7 +55,8 @@ func TestHealthyNode(t *testing.T) {
 		"[OK node-conditions]: Node node-1: Ready=True, no pressure, taints none, pod CIDR 10.244.0.0/24",
 		"[OK cni]: /etc/cni/net.d/99-aks-flex-node.conflist (network aks-flex-node: bridge,portmap), pod CIDR 10.244.0.0/24 via cni0",
 		"[OK agent]: aks-flex-node-agent.service active (running)",
-		"[debug] 11 ok, 0 warnings, 0 errors in ",
+		"[OK aks-machine]: no AKS Machine (azure.targetCluster.resourceId is not set)",
+		"[debug] 12 ok, 0 warnings, 0 errors in ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)

@@ -228,6 +228,11 @@ func (l Layout) HostNetworkRecord() string { return stateDir + "/host-network.js
 // registration did (internal/machineapi's Record), for status and debug.
 func (l Layout) MachineRegistration() string { return stateDir + "/machine-registration.json" }
 
+// MachineGoal is the host path of what the agent's follow-machine loop
+// applied from the AKS Machine and decided last (internal/machineapi's
+// GoalRecord), for status, debug and the kubelet's rendering.
+func (l Layout) MachineGoal() string { return stateDir + "/machine-goal.json" }
+
 // IdentityDir holds what the kubelet's credential plugin reads inside the
 // machine (the identity resolved from the config, its secrets included)
 // and the token cache it shares with the host; start binds it into the

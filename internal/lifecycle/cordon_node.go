@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -43,6 +44,11 @@ func SetUnschedulable(ctx context.Context, client *NodeClient, name string, u bo
 		return task.Result{}, err
 	}
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// AKS deletes the Node before the agent repaves to a Machine's
+		// new goal: nothing is scheduled to a Node that is gone.
+		return task.Result{Detail: fmt.Sprintf("Node %s is gone; nothing to mark", name)}, nil
+	}
 	if err != nil {
 		return task.Result{}, fmt.Errorf("read Node %s: %w", name, err)
 	}

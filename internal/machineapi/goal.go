@@ -10,12 +10,12 @@ import (
 // Settings are what a Machine's goal sets on the node: the Kubernetes
 // version, maxPods, labels, taints and the kubelet's image-GC thresholds.
 type Settings struct {
-	Version              string
-	MaxPods              int
-	Labels               map[string]string
-	Taints               []string
-	ImageGCHighThreshold int
-	ImageGCLowThreshold  int
+	Version              string            `json:"kubernetesVersion,omitempty"`
+	MaxPods              int               `json:"maxPods,omitempty"`
+	Labels               map[string]string `json:"labels,omitempty"`
+	Taints               []string          `json:"taints,omitempty"`
+	ImageGCHighThreshold int               `json:"imageGCHighThreshold,omitempty"`
+	ImageGCLowThreshold  int               `json:"imageGCLowThreshold,omitempty"`
 }
 
 // Applied is what the node runs now and the eTag of the Machine it came

@@ -53,6 +53,8 @@ type Registry struct {
 	reconcile   *prometheus.HistogramVec
 	lastSuccess *prometheus.GaugeVec
 	repairs     *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	decision    *prometheus.GaugeVec
 	store       *Store
 
 	mu   sync.Mutex
@@ -76,10 +78,18 @@ func NewRegistry(l layout.Layout) *Registry {
 			Namespace: Namespace, Name: "repairs_total",
 			Help: "Repairs the agent made to the node, by kind (machine-started, ...).",
 		}, []string{"kind"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "machine_goal_decisions_total",
+			Help: "Decisions of the follow-machine loop on the AKS Machine's goal, by decision (applied, apply-in-place, repave, hold, ...).",
+		}, []string{"decision"}),
+		decision: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "machine_goal_decision",
+			Help: "1, labelled with the follow-machine loop's last decision on the AKS Machine's goal (one series at a time).",
+		}, []string{"decision"}),
 		store: OpenStore(l),
 		seen:  map[string]bool{},
 	}
-	r.reg.MustRegister(r.reconcile, r.lastSuccess, r.repairs,
+	r.reg.MustRegister(r.reconcile, r.lastSuccess, r.repairs, r.decisions, r.decision,
 		&storeCollector{store: r.store}, &infoCollector{layout: l},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
@@ -114,4 +124,17 @@ func (r *Registry) Repaired(kind string) {
 		return
 	}
 	r.repairs.WithLabelValues(kind).Inc()
+}
+
+// MachineDecision records one decision of the follow-machine loop: one
+// more of its kind, and it as the last one.
+func (r *Registry) MachineDecision(decision string) {
+	if r == nil {
+		return
+	}
+	r.decisions.WithLabelValues(decision).Inc()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.decision.Reset()
+	r.decision.WithLabelValues(decision).Set(1)
 }

@@ -171,6 +171,18 @@ func (s *Server) Update(id string, edit func(kubernetes map[string]any)) (etag s
 	return m.etag, true
 }
 
+// Remove deletes a stored Machine as an admin's `az aks machine delete`
+// would; false when there is no such Machine.
+func (s *Server) Remove(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.machines[key(id)] == nil {
+		return false
+	}
+	delete(s.machines, key(id))
+	return true
+}
+
 // deleteMachines is the pool's deleteMachines action: body
 // {"machineNames": [...]}, answered 202 with Location and
 // Azure-AsyncOperation; the Machines are gone at once and the operation

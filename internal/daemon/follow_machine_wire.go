@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/identity"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
+	"github.com/Azure/aks-flex-node/internal/preflight"
+	"github.com/Azure/aks-flex-node/internal/state"
+)
+
+// newMachineFollower is the agent's follower of config c's AKS Machine;
+// nil when c names no target cluster (nothing talks to ARM then).
+func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *MachineKeeper, client func() (kubeclient.Interface, error), interval time.Duration) *MachineFollower {
+	if _, ok, _ := machineapi.IDFromConfig(c); !ok {
+		return nil
+	}
+	return &MachineFollower{Keeper: k, Config: c, Client: client, Interval: interval,
+		ARM:    armClient(c, l),
+		Repave: repaveTo(l, log),
+		Reset:  func(ctx context.Context) error { return startDeletionReset(ctx, l) },
+	}
+}
+
+// armClient makes the Machine's client once and keeps it: the client
+// holds its ARM token while it is fresh. The token is never written to
+// the identity dir, which the machine mounts: an ARM token is the
+// agent's, not the kubelet's.
+func armClient(c *config.Config, l layout.Layout) func() (*machineapi.Client, error) {
+	var mu sync.Mutex
+	var cl *machineapi.Client
+	read := identity.ReadSecretFile(l.Root())
+	return func() (*machineapi.Client, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cl != nil {
+			return cl, nil
+		}
+		made, _, err := machineapi.FromConfig(c, func(s identity.Spec) machineapi.TokenSource { return &identity.Source{Spec: s} }, read)
+		if err != nil {
+			return nil, err
+		}
+		cl = made
+		return cl, nil
+	}
+}
+
+// repaveTo is the existing blue/green repave (lifecycle.Repave, as node
+// upgrade runs it: preflight against the new side, drain, switch, and
+// the rollback) to config c. It takes the node lock at once or fails
+// with the holder (*nodelock.HeldError), and never waits for it.
+func repaveTo(l layout.Layout, log *slog.Logger) func(ctx context.Context, c *config.Config) error {
+	return func(ctx context.Context, c *config.Config) error {
+		applied, err := state.Open(l).Applied()
+		if err != nil {
+			return err
+		}
+		if applied == nil {
+			return fmt.Errorf("this host has not joined (no %s/%s)", l.StateDir(), state.AppliedFile)
+		}
+		data, err := os.ReadFile(l.OnRoot(l.ConfigFile()))
+		if err != nil {
+			return err
+		}
+		out := logWriter{log: log}
+		r := lifecycle.NewRepave(lifecycle.RepaveOptions{
+			Options:           lifecycle.Options{Layout: l, Config: c, ConfigFile: l.ConfigFile(), ConfigData: data, Log: log, Progress: out},
+			KubernetesVersion: c.Components.Kubernetes,
+		}, *applied)
+		pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
+		_, err = r.Run(ctx, pf)
+		return err
+	}
+}
+
+// logWriter puts the repave's own lines (its progress, its preflight
+// report) in the agent's log, one log line each.
+type logWriter struct{ log *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			w.log.Info(followMachineLoop + ": " + line)
+		}
+	}
+	return len(p), nil
+}
