@@ -117,7 +117,7 @@ func TestDay2(t *testing.T) {
 	})
 	must(t, e.h.CopyIn(dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755))
 	must(t, e.h.CopyIn(filepath.Join(repoRoot(), "scripts", "install.sh"), "/root/dist/install.sh", 0o755))
-	must(t, e.h.WriteFile("/etc/aks-flex-node/config.json", e.config(manifest), 0o600))
+	must(t, e.h.WriteFile(hostConfig, e.config(manifest), 0o600))
 
 	// Before the join: the bundle still works and says what is missing.
 	t.Run("bundle-unjoined", e.unjoinedBundle)
@@ -236,10 +236,10 @@ func (e *env) waitEvent(t *testing.T, reason string, timeout time.Duration) core
 }
 
 // debug runs `debug` on the host; it returns the text and the exit code.
-func (e *env) debug(t *testing.T) (string, int, time.Duration) {
+func (e *env) debug(t *testing.T, flags ...string) (string, int, time.Duration) {
 	t.Helper()
 	began := time.Now()
-	out, stderr, err := e.h.Run(e.ctx, agent, "debug")
+	out, stderr, err := e.h.Run(e.ctx, append([]string{agent, "debug"}, flags...)...)
 	took := time.Since(began)
 	code := 0
 	var ee *exec.ExitError
@@ -311,7 +311,13 @@ func (e *env) debugHealthy(t *testing.T) {
 // its remedy mentioning each of want.
 func (e *env) expectError(t *testing.T, name string, want ...string) {
 	t.Helper()
-	out, code, _ := e.debug(t)
+	e.expectErrorWith(t, nil, name, want...)
+}
+
+// expectErrorWith is expectError for a debug run with flags.
+func (e *env) expectErrorWith(t *testing.T, flags []string, name string, want ...string) {
+	t.Helper()
+	out, code, _ := e.debug(t, flags...)
 	t.Logf("debug:\n%s", out)
 	if code != 1 {
 		t.Errorf("debug exit %d, want 1", code)

@@ -23,7 +23,9 @@ import (
 
 const (
 	clientCertLink = machineRoot + "/var/lib/kubelet/pki/kubelet-client-current.pem"
-	kubeletConf    = machineRoot + "/etc/kubernetes/kubelet.conf"
+	// hostConfig is the node's config on the host, where the host's client
+	// takes the API server from.
+	hostConfig = "/etc/aks-flex-node/config.json"
 	// skew is how far the clock-skew case moves the clock.
 	skew = 10 * time.Minute
 )
@@ -110,23 +112,28 @@ func (e *env) debugExpiredCert(t *testing.T) {
 // debugClockSkew moves the clock the debug reads against by ten minutes.
 // The test cannot move this machine's clock (the host shares its kernel
 // with every other test here), so it moves the API server's instead,
-// which is what the check compares: the node's kubeconfig points, for
-// one debug run, at a proxy in front of the API server that adds ten
-// minutes to each answer's Date header. The proxy passes the node's
-// identity on as a front proxy (the requestheader authentication the
-// aggregation layer uses), so every other check still sees the node.
+// which is what the check compares: one debug run reads a copy of the
+// node's config whose server is a proxy in front of the API server that
+// adds ten minutes to each answer's Date header (the host's client takes
+// the server from the config, never from the machine's kubeconfig). The
+// proxy passes the node's identity on as a front proxy (the requestheader
+// authentication the aggregation layer uses), so every other check still
+// sees the node. The agent's own config is left alone: its drift repair
+// would render the proxy into the kubelet's files.
 func (e *env) debugClockSkew(t *testing.T) {
 	proxy := e.skewProxy(t)
-	conf, err := os.ReadFile(e.h.Path(kubeletConf))
+	conf, err := os.ReadFile(e.h.Path(hostConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(conf), e.cp.Server) {
-		t.Fatalf("%s does not name %s", kubeletConf, e.cp.Server)
+	server := strings.TrimPrefix(e.cp.Server, "https://")
+	if !strings.Contains(string(conf), server) {
+		t.Fatalf("%s does not name %s", hostConfig, server)
 	}
-	restore := e.replaceInMachine(t, kubeletConf, []byte(strings.ReplaceAll(string(conf), e.cp.Server, proxy)))
-	defer restore()
-	e.expectError(t, "clock-skew", "10m", "behind", "time synchronisation")
+	const skewConfig = "/etc/aks-flex-node/skew-config.json"
+	must(t, e.h.WriteFile(skewConfig, []byte(strings.ReplaceAll(string(conf), server, strings.TrimPrefix(proxy, "https://"))), 0o600))
+	defer func() { _ = os.Remove(e.h.Path(skewConfig)) }()
+	e.expectErrorWith(t, []string{"--config", skewConfig}, "clock-skew", "10m", "behind", "time synchronisation")
 }
 
 // skewProxy serves, on this machine's end of the test's link, a TLS
