@@ -26,30 +26,46 @@ const podCIDRListLimit = 50
 func podCIDRCheck(e *Env) Check {
 	n := &e.Config.Networking
 	return NewCheck(NamePodCIDR, "networking.mode "+n.Mode, func(ctx context.Context) Result {
-		switch {
-		case n.ClusterCNI():
-			return OK("networking.mode cluster: the cluster's CNI gives the pods their addresses; the node is not Ready until its DaemonSet has written its config into %s in the machine", node.CNIConfDir)
-		case n.PodCIDR != "":
-			return OK("networking.podCIDR %s is this node's pod range", n.PodCIDR)
-		case e.serverURL() == "":
-			return OK("not checked: %s is empty", fqdnKey)
+		r := podCIDRSource(ctx, e)
+		if n.ClusterCNI() || n.ClusterPodCIDR != "" || r.Severity != SeverityOK {
+			return r
 		}
-		token, ok := e.readCredential(ctx)
-		if !ok {
-			return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: no credential to ask with")
-		}
-		p := fmt.Sprintf("/api/v1/nodes?limit=%d", podCIDRListLimit)
-		code, body, err := e.apiRequest(ctx, http.MethodGet, p, token, nil)
-		switch {
-		case err != nil:
-			return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: GET %s%s: %s (see %s)", e.serverURL(), p, redact(err, token), NameAPIServerReachable)
-		case code == http.StatusForbidden:
-			return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: the join credential may not list Nodes (403), and nothing else it may read says")
-		case code != http.StatusOK:
-			return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: GET %s%s answered %d", e.serverURL(), p, code)
-		}
-		return judgePodCIDRs(body)
+		// Bridge mode routes to other nodes' pods only inside the
+		// cluster's pod range (a Node's pod CIDR is cluster data, not host
+		// configuration): without it pods reach no pod on another node,
+		// which a join that works would otherwise hide.
+		return Warning(noClusterPodCIDRRemedy, "%s; networking.clusterPodCIDR is empty, so the agent routes to no other node's pods", r.Message)
 	})
+}
+
+const noClusterPodCIDRRemedy = "set networking.clusterPodCIDR to the cluster's pod range (the controller manager's --cluster-cidr), or ignore this on a cluster whose only bridge-mode flex node is this one"
+
+// podCIDRSource says where this node's pod range comes from.
+func podCIDRSource(ctx context.Context, e *Env) Result {
+	n := &e.Config.Networking
+	switch {
+	case n.ClusterCNI():
+		return OK("networking.mode cluster: the cluster's CNI gives the pods their addresses; the node is not Ready until its DaemonSet has written its config into %s in the machine", node.CNIConfDir)
+	case n.PodCIDR != "":
+		return OK("networking.podCIDR %s is this node's pod range", n.PodCIDR)
+	case e.serverURL() == "":
+		return OK("not checked: %s is empty", fqdnKey)
+	}
+	token, ok := e.readCredential(ctx)
+	if !ok {
+		return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: no credential to ask with")
+	}
+	p := fmt.Sprintf("/api/v1/nodes?limit=%d", podCIDRListLimit)
+	code, body, err := e.apiRequest(ctx, http.MethodGet, p, token, nil)
+	switch {
+	case err != nil:
+		return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: GET %s%s: %s (see %s)", e.serverURL(), p, redact(err, token), NameAPIServerReachable)
+	case code == http.StatusForbidden:
+		return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: the join credential may not list Nodes (403), and nothing else it may read says")
+	case code != http.StatusOK:
+		return Warning(unknownPodCIDRRemedy, "cannot tell whether the cluster allocates node pod CIDRs: GET %s%s answered %d", e.serverURL(), p, code)
+	}
+	return judgePodCIDRs(body)
 }
 
 const unknownPodCIDRRemedy = "nothing, if the controller manager runs with --allocate-node-cidrs (start then waits up to --join-timeout for the Node's spec.podCIDR after it registers); otherwise set networking.podCIDR to this node's range, or use networking.mode cluster with the cluster's CNI"

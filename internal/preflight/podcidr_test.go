@@ -20,6 +20,7 @@ func TestPodCIDRCheck(t *testing.T) {
 		return `{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[` + strings.Join(items, ",") + `]}`
 	}
 
+	h.set("networking.clusterPodCIDR", "10.244.0.0/16")
 	srv.set(func(f *fakeAPIServer) {
 		f.nodeList = list(node("flex-b", "10.244.2.0/24"), node("flex-a", "10.244.1.0/24"), node("new", ""))
 	})
@@ -50,6 +51,10 @@ func TestPodCIDRCheck(t *testing.T) {
 	// gives the addresses.
 	h.set("networking.podCIDR", "10.244.7.0/24")
 	want(t, h.run(NamePodCIDR), SeverityOK, "networking.podCIDR 10.244.7.0/24 is this node's pod range")
+	// Bridge mode without the cluster's pod range routes to no other
+	// node's pods (issue 26 item 2): said, not hidden behind a good join.
+	h.set("networking.clusterPodCIDR", "")
+	want(t, h.run(NamePodCIDR), SeverityWarning, "networking.podCIDR 10.244.7.0/24 is this node's pod range", "networking.clusterPodCIDR is empty", "no other node's pods")
 	h.set("networking.podCIDR", "")
 	h.set("networking.mode", "cluster")
 	want(t, h.run(NamePodCIDR), SeverityOK, "networking.mode cluster", "/etc/cni/net.d")
