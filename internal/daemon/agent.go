@@ -64,7 +64,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		// The node's bridge network reaches the other nodes' pods; in
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {
-			a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClient,
+			a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClientFor(c, l, kubeclient.Follow),
 				PodCIDR: c.Networking.PodCIDR, ClusterPodCIDR: c.Networking.ClusterPodCIDR, Events: rec, Window: interval}))
 		}
 		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))

@@ -12,12 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -32,14 +28,18 @@ const keepPodRoutesLoop = "keep-pod-routes"
 // nodes: routes to every other Node's pod CIDR via its InternalIP
 // (network.PodRoutes: the Nodes on this host's subnets), and the
 // masquerade of what the pods send outside the pod networks
-// (network.MasqTable). It follows the Nodes: each pass lists them, makes
-// the host match, then watches them for Window and makes it match again
-// at each change (a Node added or deleted, a pod CIDR allocated), so a
-// change reaches the routes in the time the watch takes to deliver it.
+// (network.MasqTable). It follows the Nodes through a cache the agent
+// keeps of them (nodeCache: listed once from the API server's watch
+// cache, then watched): each pass makes the host match the cache, then
+// again at each change (a Node added or deleted, a pod CIDR allocated),
+// so a change reaches the routes in the time the watch takes to deliver
+// it, and the agent's cost on the API server does not grow with its
+// passes.
 type PodRouteKeeper struct {
 	Layout layout.Layout
 	Log    *slog.Logger
-	// Client is the node's own client (its credential).
+	// Client is the node's own client (its credential), called for each
+	// list and watch; its policy must not cut a watch (kubeclient.Follow).
 	Client func() (kubeclient.Interface, error)
 	// PodCIDR is networking.podCIDR: this node's range when the config
 	// names it (its CNI config uses it then); else the Node's.
@@ -49,7 +49,8 @@ type PodRouteKeeper struct {
 	ClusterPodCIDR string
 	// Events records the Nodes refused on this node's Node (nil: none).
 	Events *events.Recorder
-	// Window is how long a pass watches before it lists again.
+	// Window is how long a pass follows the cache's changes before the
+	// next pass matches the host again.
 	Window time.Duration
 	// Net changes the host's routes and nft; its zero value runs ip and
 	// nft.
@@ -57,6 +58,7 @@ type PodRouteKeeper struct {
 
 	applied string            // what the host was last made to match
 	refused map[string]string // the Nodes refused last, and why
+	cache   *nodeCache        // the Nodes, from the informer the first pass starts
 }
 
 // KeepPodRoutes is the loop; it needs the API server.
@@ -95,99 +97,59 @@ func (k *PodRouteKeeper) waitJoined(ctx context.Context) (*state.Applied, error)
 	return a, nil
 }
 
-// Keep is one pass: list, match, then watch and match at each change
-// until Window ends or the watch does.
+// Keep is one pass: match the host to the cached Nodes, then again at
+// each change the cache delivers, until Window ends. The first pass
+// starts the cache (the informer lives as long as ctx, the loop's); no
+// pass asks the API server anything itself. A pass still matches on its
+// own, the Nodes unchanged, because it reads the host again (ip and nft,
+// not the API server): routes or rules removed behind the agent's back
+// come back within Window.
 func (k *PodRouteKeeper) Keep(ctx context.Context) error {
 	a, err := k.waitJoined(ctx)
 	if err != nil || a == nil {
 		return err
 	}
-	cs, err := k.Client()
-	if err != nil {
-		return fmt.Errorf("%s: the node's credential: %w", keepPodRoutesLoop, err)
+	if k.cache == nil || k.cache.stopped() {
+		k.cache = startNodeCache(ctx, k.Client)
 	}
-	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		if apierrors.IsForbidden(err) {
-			return fmt.Errorf("%s: list Nodes: %w; the node's credential needs ClusterRole %s (`aks-flex-node cluster prepare --bootstrap-token` prints it, bound to group system:nodes)", keepPodRoutesLoop, err, clusterprep.NodeReaderRole)
-		}
-		return fmt.Errorf("%s: list Nodes: %w", keepPodRoutesLoop, err)
+	if err := k.cache.waitSynced(ctx, max(k.Window, syncWait)); err != nil {
+		return err
 	}
-	nodes := map[string]*corev1.Node{}
-	for i := range list.Items {
-		nodes[list.Items[i].Name] = &list.Items[i]
-	}
-	k.applied = "" // a fresh list repairs what was changed behind the agent's back
-	if err := k.match(ctx, a.NodeName, nodes); err != nil {
+	k.applied = ""
+	if err := k.match(ctx, a.NodeName, k.cache.nodes()); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, k.Window)
 	defer cancel()
-	rv := list.ResourceVersion
-	for wctx.Err() == nil {
-		if rv, err = k.follow(wctx, cs, rv, a.NodeName, nodes); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// watchSeconds bounds one watch request below the client's own timeout
-// (30s), so the server ends it cleanly and follow opens the next.
-const watchSeconds = 25
-
-// follow watches the Nodes from resource version rv until the watch ends,
-// matching the host at each change, and returns the last version seen.
-func (k *PodRouteKeeper) follow(ctx context.Context, cs kubeclient.Interface, rv, self string, nodes map[string]*corev1.Node) (string, error) {
-	secs := int64(watchSeconds)
-	w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, TimeoutSeconds: &secs})
-	if err != nil {
-		if ctx.Err() != nil {
-			return rv, nil
-		}
-		return rv, fmt.Errorf("%s: watch Nodes: %w", keepPodRoutesLoop, err)
-	}
-	defer w.Stop()
-	opened := time.Now()
 	for {
-		var ev watch.Event
-		var ok bool
 		select {
-		case <-ctx.Done():
-			return rv, nil
-		case ev, ok = <-w.ResultChan():
+		case <-wctx.Done():
+			return nil
+		case <-k.cache.changed:
 		}
-		if !ok {
-			// The watch ended: open the next from rv, not at once after
-			// one that ended as soon as it began.
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second - time.Since(opened)):
-			}
-			return rv, nil
+		// A burst (a rollout relabelling Nodes, a relist) is matched
+		// once: the Nodes are read after it has settled a moment.
+		select {
+		case <-wctx.Done():
+			return nil // the next pass matches at once
+		case <-time.After(changeDebounce):
 		}
-		if ev.Type == watch.Error {
-			// Too old a version, say: the next pass lists again.
-			return rv, fmt.Errorf("%s: watch Nodes: %w", keepPodRoutesLoop, apierrors.FromObject(ev.Object))
-		}
-		n, isNode := ev.Object.(*corev1.Node)
-		if !isNode {
-			continue
-		}
-		rv = n.ResourceVersion
-		switch ev.Type {
-		case watch.Deleted:
-			delete(nodes, n.Name)
-		case watch.Added, watch.Modified:
-			nodes[n.Name] = n
+		select {
+		case <-k.cache.changed:
 		default:
-			continue
 		}
-		if err := k.match(ctx, self, nodes); err != nil {
+		if err := k.match(ctx, a.NodeName, k.cache.nodes()); err != nil {
 			k.Log.Warn(keepPodRoutesLoop+": will try again at the next change or pass", "error", err)
 		}
 	}
 }
+
+// syncWait is the least a pass waits for the cache's first list: a
+// short Window (a test's) must not fail a pass the list needs longer for.
+const syncWait = 10 * time.Second
+
+// changeDebounce is how long a change waits for the rest of its burst.
+const changeDebounce = 100 * time.Millisecond
 
 // match makes the host's pod routes and masquerade what nodes ask for,
 // as far as the config allows (network.PodRoutes): a Node refused is

@@ -169,7 +169,7 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 	}
 	k := &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: time.Millisecond,
 		Client: func() (kubeclient.Interface, error) { t.Fatal("a client before the join"); return nil, nil }}
-	if err := k.Keep(context.Background()); err != nil {
+	if err := k.Keep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	l = joinedLayout(t)
@@ -181,14 +181,14 @@ func TestPodRouteKeeperWaits(t *testing.T) {
 	k = &PodRouteKeeper{Layout: l, Log: slog.New(slog.DiscardHandler), Window: 50 * time.Millisecond, ClusterPodCIDR: "10.244.0.0/16",
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Net:    network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
-	if err := k.Keep(context.Background()); err != nil {
+	if err := k.Keep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if routes, rules := host.snapshot(); len(routes) != 0 || rules != "" {
 		t.Fatalf("routes %q and rules %q before the node's own pod CIDR", routes, rules)
 	}
 	k.PodCIDR = "10.244.0.0/24" // networking.podCIDR names it
-	if err := k.Keep(context.Background()); err != nil {
+	if err := k.Keep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if routes, _ := host.snapshot(); len(routes) != 1 {
@@ -251,8 +251,8 @@ func TestPodRoutesRefuseHostileNodes(t *testing.T) {
 	k := &PodRouteKeeper{Layout: l, Log: log, Window: 50 * time.Millisecond, ClusterPodCIDR: "10.244.0.0/16",
 		Client: client, Events: events.New("self", client, log),
 		Net: network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
-	for range 2 { // the second pass lists again: no second Event
-		if err := k.Keep(context.Background()); err != nil {
+	for range 2 { // the second pass matches again: no second Event
+		if err := k.Keep(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -292,7 +292,7 @@ func TestPodRoutesRefuseHostileNodes(t *testing.T) {
 	// one log line says why.
 	k = &PodRouteKeeper{Layout: l, Log: log, Window: 50 * time.Millisecond, Client: client,
 		Net: network.Cleaner{Routes: network.Routes{Run: host.run}, HasNft: func() bool { return true }}}
-	if err := k.Keep(context.Background()); err != nil {
+	if err := k.Keep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if routes, rules := host.snapshot(); len(routes) != 0 || !strings.Contains(rules, "ip daddr != { 10.244.0.0/24, 224.0.0.0/4 }") {

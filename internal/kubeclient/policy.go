@@ -38,6 +38,14 @@ var (
 	// keeps, the repave it finishes. A loop that waits longer only
 	// delays its next pass; one that gives up early retries a whole list.
 	AgentLoop = Policy{Timeout: 30 * time.Second}
+	// Follow is an informer's list and watch (the agent's keep-pod-routes
+	// cache of the Nodes): a watch is meant to stay open for minutes, the
+	// server ending it at its timeoutSeconds, so no bound covers every
+	// request of the client (rest.Config.Timeout would cut each watch
+	// and make the agent open one twice a minute). The caller bounds
+	// each request instead: a list by its context, a watch by its
+	// TimeoutSeconds (the server's bound) and its context (the client's).
+	Follow = Policy{Timeout: 0}
 )
 
 // New is the node's client for the server and credential c names (see

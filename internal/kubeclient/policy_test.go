@@ -114,4 +114,9 @@ func TestPoliciesAreDistinctAndBounded(t *testing.T) {
 		}
 		seen[p.Timeout] = name
 	}
+	// Follow alone leaves the bound to each request: its watches stay
+	// open for minutes (the caller bounds every list and watch).
+	if Follow.Timeout != 0 {
+		t.Errorf("Follow: timeout %s cuts every watch at it", Follow.Timeout)
+	}
 }
