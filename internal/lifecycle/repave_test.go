@@ -370,3 +370,23 @@ func TestRepaveKeepsAnOperatorsCordonOnEveryPath(t *testing.T) {
 		}
 	}
 }
+
+// Issue 26 item 13b: every crash point of the repave, the rollback
+// phase's included, has a name of its own (phase-qualified): the
+// rollback's start-machine, wait-node-version and uncordon-node are not
+// the switch's or finish's.
+func TestRepaveRollbackCrashPointsAreDistinct(t *testing.T) {
+	r := NewRepave(RepaveOptions{Options: Options{Config: &config.Config{}}}, state.Applied{Machine: layout.MachineBlue})
+	seen := map[string]bool{}
+	for _, p := range append(r.Phases("v2"), r.RollbackPhase()) {
+		for _, s := range p.Steps() {
+			if seen[s] || !strings.HasPrefix(s, p.Name+".") {
+				t.Errorf("crash point %q of phase %s: not distinct or not qualified", s, p.Name)
+			}
+			seen[s] = true
+		}
+	}
+	if !seen["rollback.start-machine"] || !seen["switch.start-machine"] {
+		t.Errorf("crash points: %v", seen)
+	}
+}
