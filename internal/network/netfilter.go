@@ -72,6 +72,9 @@ func (c Cleaner) Snapshot(ctx context.Context) (Before, error) {
 			b.Chains = append(b.Chains, o.Chain.key())
 		}
 	}
+	if b.LegacyChains, err = c.legacyChains(ctx); err != nil {
+		return Before{}, err
+	}
 	sort.Strings(b.Tables)
 	sort.Strings(b.Chains)
 	return b, nil
@@ -192,7 +195,8 @@ func (n nodes) chain(key, name string) bool {
 // file): in nft, the owned tables and chains the node made, the rules
 // that jump to those chains and then, when before is known (start
 // recorded the host), every table not in it that is empty but for
-// accept-policy base chains.
+// accept-policy base chains; then the same chains and rules in
+// iptables-legacy.
 func (c Cleaner) RemoveNetfilter(ctx context.Context, before Before, known bool) (bool, error) {
 	n := newNodes(before, known)
 	changed, err := c.removeNft(ctx, n)
@@ -206,7 +210,8 @@ func (c Cleaner) RemoveNetfilter(ctx context.Context, before Before, known bool)
 			return changed, err
 		}
 	}
-	return changed, nil
+	removed, err := c.removeLegacy(ctx, n)
+	return changed || removed, err
 }
 
 func (c Cleaner) removeNft(ctx context.Context, n nodes) (bool, error) {

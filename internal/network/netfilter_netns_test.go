@@ -9,9 +9,9 @@ import (
 	"github.com/Azure/aks-flex-node/test/netns"
 )
 
-// Issue 26 item 8 against the kernel: in a network namespace of
-// its own, the host has podman's nft chain before start; the node then
-// adds its chain, the
+// Issue 26 items 8 and 13d against the kernel: in a network namespace of
+// its own, the host has podman's nft chain and an iptables-legacy chain
+// before start; the node then adds its chains (nft and legacy), the
 // tables its iptables makes, a cni_ table, and an admin adds a table
 // whose forward chain drops. Reset's RemoveNetfilter removes exactly the
 // node's part, and a second run changes nothing.
@@ -19,7 +19,7 @@ func TestResetNetfilterInANetworkNamespace(t *testing.T) {
 	if !netns.Enter(t) {
 		return
 	}
-	for _, cmd := range []string{"nft"} {
+	for _, cmd := range []string{"nft", "iptables-legacy", "iptables-legacy-save"} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			t.Skipf("needs %s in PATH (Debian packages nftables and iptables)", cmd)
 		}
@@ -30,6 +30,8 @@ func TestResetNetfilterInANetworkNamespace(t *testing.T) {
 }
 add rule ip nat POSTROUTING ip saddr 10.88.0.0/16 jump CNI-podman1
 `)
+	sh(t, "iptables-legacy", "-t", "nat", "-N", "CNI-podman-legacy")
+	sh(t, "iptables-legacy", "-t", "nat", "-A", "POSTROUTING", "-s", "10.88.0.0/16", "-m", "comment", "--comment", `name: "podman" id: "x -j y"`, "-j", "CNI-podman-legacy")
 	ctx := context.Background()
 	c := Cleaner{}
 	before, err := c.Snapshot(ctx)
@@ -38,7 +40,7 @@ add rule ip nat POSTROUTING ip saddr 10.88.0.0/16 jump CNI-podman1
 	}
 	t.Logf("before start: %+v", before)
 	// The node: its CNI chain in the host's nat, an iptables-made table,
-	// a plugin's table; then an admin's table.
+	// a plugin's table; its legacy kube-proxy chain; then an admin's table.
 	nft(t, `add chain ip nat CNI-node1
 add rule ip nat POSTROUTING ip saddr 10.244.0.0/24 jump CNI-node1
 table ip mangle {
@@ -51,6 +53,9 @@ table inet guard {
 	chain forward { type filter hook forward priority 0; policy drop; }
 }
 `)
+	sh(t, "iptables-legacy", "-t", "nat", "-N", "KUBE-SERVICES")
+	sh(t, "iptables-legacy", "-t", "nat", "-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES")
+	sh(t, "iptables-legacy", "-t", "nat", "-A", "POSTROUTING", "-s", "10.244.0.0/24", "-j", "KUBE-SERVICES")
 	changed, err := c.RemoveNetfilter(ctx, before, true)
 	if err != nil || !changed {
 		t.Fatalf("RemoveNetfilter = %v, %v", changed, err)
@@ -65,6 +70,13 @@ table inet guard {
 		if strings.Contains(rules, gone) {
 			t.Errorf("nft: the node's %q left:\n%s", gone, rules)
 		}
+	}
+	legacy := sh(t, "iptables-legacy-save", "-t", "nat")
+	if !strings.Contains(legacy, ":CNI-podman-legacy") || !strings.Contains(legacy, "-j CNI-podman-legacy") {
+		t.Errorf("iptables-legacy: podman's chain or rule removed:\n%s", legacy)
+	}
+	if strings.Contains(legacy, "KUBE-SERVICES") {
+		t.Errorf("iptables-legacy: the node's chain or rules left:\n%s", legacy)
 	}
 	if changed, err := c.RemoveNetfilter(ctx, before, true); err != nil || changed {
 		t.Errorf("a second run = %v, %v", changed, err)
