@@ -143,7 +143,7 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "drain", Tasks: []task.Task{
 			CordonNode(r.client, name, true),
-			DrainNode(r.client, name, o.DrainTimeout),
+			DrainNode(r.client, name, o.DrainTimeout, o.Drain),
 		}},
 		{Name: "switch", Tasks: []task.Task{
 			StopActiveMachine(r.from, r.client, name, r.heartbeat),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -41,6 +42,10 @@ type Options struct {
 	// names another version or worker image than the active machine
 	// runs); zero is RepaveOptions' default.
 	DrainTimeout time.Duration
+	// Drain is kubectl drain's opt-ins for a repave's drain (start that
+	// repaves, node upgrade): without them the drain refuses DaemonSet
+	// pods, pods no controller manages and pods with emptyDir data.
+	Drain drain.Options
 	// KeepImageCache keeps the layer cache on reset.
 	KeepImageCache bool
 	// Now is the clock durations are measured with; nil means time.Now.
