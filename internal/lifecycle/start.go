@@ -117,7 +117,8 @@ func NewStart(o Options) *Start {
 		Track:       tr.Add,
 		Log:         o.Log,
 	}
-	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
+	needs := ImageNeeds(c)
+	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain, Needs: &needs}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	s.events = events.ForMachine(c, o.Layout, s.machine.Root, c.Agent.NodeName, o.Log)
 	s.client = nodeClientFor(c, o.Layout, s.machine.Root)
