@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/Azure/aks-flex-node/internal/artifact"
 )
 
 // A machine rootfs is made from cached layers (layercache.go) without
@@ -36,8 +38,9 @@ import (
 // system.
 //
 // A shared file written in place would change the cache under every
-// machine made from it: before a file is linked again, its size and mtime
-// are checked against the index, and a cache entry that changed is thrown
+// machine made from it: before a file is linked or copied again, its
+// stamp (device, inode, size, mtime, ctime: layercache.go) and mode are
+// checked against the index, and a cache entry that changed is thrown
 // away and extracted again.
 
 // linkMode is how a rootfs is made from the cache.
@@ -259,6 +262,13 @@ func (m *materializer) entry(e *cacheEntry, cacheRel string, x *indexEntry) erro
 // or a copy; the mode falls back (reflink -> hardlink -> copy) the first
 // time the file system says it cannot.
 func (m *materializer) file(e *cacheEntry, src, dst string, x *indexEntry) error {
+	fi, err := m.root.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if st, ok := artifact.StampOf("", fi); !ok || !fi.Mode().IsRegular() || !x.unchanged(st, modeBits(fi.Mode())) {
+		return &errCacheChanged{entry: e, path: x.Path}
+	}
 	if m.mode == modeReflink {
 		err := m.copyFile(src, dst, x, true)
 		if err == nil || !unsupported(err) {
@@ -268,13 +278,6 @@ func (m *materializer) file(e *cacheEntry, src, dst string, x *indexEntry) error
 		m.mode = modeHardlink
 	}
 	if m.mode == modeHardlink && strings.HasPrefix(x.Path, "usr/") {
-		fi, err := m.root.Lstat(src)
-		if err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() || fi.Size() != x.Size || fi.ModTime().UnixNano() != x.Mtime || uint32(modeBits(fi.Mode())) != x.Mode {
-			return &errCacheChanged{entry: e, path: x.Path}
-		}
 		err = m.root.Link(src, dst)
 		if err == nil {
 			m.linked++
