@@ -21,6 +21,8 @@ type fakeNet struct {
 	// policies are base chains' policies ("family table chain"), accept
 	// when not named.
 	policies map[string]string
+	// comments are rules' comments, by handle.
+	comments map[int]string
 }
 
 type fakeChain struct{ family, table, name, hook string }
@@ -78,7 +80,11 @@ func (f *fakeNet) ruleset() []byte {
 		} else {
 			expr = append(expr, map[string]any{"accept": nil})
 		}
-		objs = append(objs, map[string]any{"rule": map[string]any{"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle, "expr": expr}})
+		rule := map[string]any{"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle, "expr": expr}
+		if c := f.comments[r.handle]; c != "" {
+			rule["comment"] = c
+		}
+		objs = append(objs, map[string]any{"rule": rule})
 	}
 	b, _ := json.Marshal(map[string]any{"nftables": objs})
 	return b

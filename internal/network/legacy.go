@@ -30,6 +30,9 @@ type legacyTable struct {
 	// rules are each chain's rules in order, by their jump target ("" for
 	// none).
 	rules map[string][]string
+	// foreign are the chains a rule commented by a CNI plugin for another
+	// network than the node's jumps to.
+	foreign map[string]bool
 }
 
 // parseLegacySave reads iptables-save's output.
@@ -40,7 +43,7 @@ func parseLegacySave(out string) []legacyTable {
 		line = strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "*"):
-			tables = append(tables, legacyTable{name: line[1:], rules: map[string][]string{}})
+			tables = append(tables, legacyTable{name: line[1:], rules: map[string][]string{}, foreign: map[string]bool{}})
 			cur = &tables[len(tables)-1]
 		case cur == nil:
 		case strings.HasPrefix(line, ":"):
@@ -50,7 +53,11 @@ func parseLegacySave(out string) []legacyTable {
 		case strings.HasPrefix(line, "-A "):
 			tok := shellFields(line)
 			if len(tok) > 1 {
-				cur.rules[tok[1]] = append(cur.rules[tok[1]], jumpTarget(tok))
+				target := jumpTarget(tok)
+				cur.rules[tok[1]] = append(cur.rules[tok[1]], target)
+				if target != "" && foreignCNIComment(optionValue(tok, "--comment")) {
+					cur.foreign[target] = true
+				}
 			}
 		}
 	}
@@ -87,6 +94,14 @@ func shellFields(line string) []string {
 		out = append(out, b.String())
 	}
 	return out
+}
+
+// optionValue is the word after opt in a rule's words ("" for none).
+func optionValue(tok []string, opt string) string {
+	if i := slices.Index(tok, opt); i >= 0 && i+1 < len(tok) {
+		return tok[i+1]
+	}
+	return ""
 }
 
 // jumpTarget is the chain a rule's words jump or go to ("" for none).
@@ -160,7 +175,7 @@ func legacyCommands(f legacyFamily, t legacyTable, n nodes) [][]string {
 	gone := map[string]bool{}
 	var chains []string
 	for _, ch := range t.chains {
-		if n.chain(f.name+" "+t.name+" "+ch, ch) {
+		if !t.foreign[ch] && n.chain(f.name+" "+t.name+" "+ch, ch) {
 			gone[ch] = true
 			chains = append(chains, ch)
 		}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/Azure/aks-flex-node/internal/hostos"
+	"github.com/Azure/aks-flex-node/internal/node"
 )
 
 // The node's netfilter state. The node's iptables (the worker image's
@@ -25,7 +27,11 @@ import (
 // the host's tables and chains before the node first runs (Snapshot), and
 // reset removes only owned-named chains and tables not in that record,
 // the rules that jump to them, and the tables the node's iptables made
-// that are left empty. A table with a base chain whose policy is not
+// that are left empty. A chain made after start by another CNI user is
+// told by the comment the CNI plugins put on the rules that jump to their
+// per-container chains (name: "<network>" id: "<container>"): a chain a
+// rule commented with another network than the node's jumps to is not
+// the node's (foreignCNIChain). A table with a base chain whose policy is not
 // accept is never removed: it filters (an admin's forward drop), and the
 // node's iptables makes only accept-policy base chains.
 
@@ -105,8 +111,9 @@ type nftRuleset struct {
 		Chain *nftObj `json:"chain"`
 		Rule  *struct {
 			nftObj
-			Chain string            `json:"chain"`
-			Expr  []json.RawMessage `json:"expr"`
+			Chain   string            `json:"chain"`
+			Expr    []json.RawMessage `json:"expr"`
+			Comment string            `json:"comment"`
 		} `json:"rule"`
 	} `json:"nftables"`
 }
@@ -160,6 +167,16 @@ func jumpTargets(expr []json.RawMessage) []string {
 		}
 	}
 	return out
+}
+
+// cniNetworkName matches the network a CNI plugin's rule comment names.
+var cniNetworkName = regexp.MustCompile(`(?:^|\s)name: "([^"]*)"`)
+
+// foreignCNIComment says a rule's comment is a CNI plugin's for another
+// network than the node's (node.NetworkName).
+func foreignCNIComment(comment string) bool {
+	m := cniNetworkName.FindStringSubmatch(comment)
+	return m != nil && m[1] != node.NetworkName
 }
 
 // nodes says which owned-named tables and chains are the node's: not in
@@ -220,6 +237,14 @@ func (c Cleaner) removeNft(ctx context.Context, n nodes) (bool, error) {
 		return false, err
 	}
 	gone := map[string]bool{} // "family table" of removed tables, and chain keys
+	foreign := map[string]bool{}
+	for _, o := range rs.Nftables {
+		if r := o.Rule; r != nil && foreignCNIComment(r.Comment) {
+			for _, t := range jumpTargets(r.Expr) {
+				foreign[r.Family+" "+r.Table+" "+t] = true
+			}
+		}
+	}
 	var cmds [][]string
 	var chains [][]string
 	for _, o := range rs.Nftables {
@@ -227,7 +252,7 @@ func (c Cleaner) removeNft(ctx context.Context, n nodes) (bool, error) {
 		case o.Table != nil && n.table(o.Table.Family, o.Table.Name):
 			gone[o.Table.Family+" "+o.Table.Name] = true
 			cmds = append(cmds, []string{"delete", "table", o.Table.Family, o.Table.Name})
-		case o.Chain != nil && !ownedTable(o.Chain.Table) && n.chain(o.Chain.key(), o.Chain.Name):
+		case o.Chain != nil && !ownedTable(o.Chain.Table) && !foreign[o.Chain.key()] && n.chain(o.Chain.key(), o.Chain.Name):
 			gone[o.Chain.key()] = true
 			chains = append(chains, []string{o.Chain.Family, o.Chain.Table, o.Chain.Name})
 		}

@@ -11,7 +11,9 @@ import (
 
 // Issue 26 items 8 and 13d against the kernel: in a network namespace of
 // its own, the host has podman's nft chain and an iptables-legacy chain
-// before start; the node then adds its chains (nft and legacy), the
+// before start; the node then adds its chains (nft and legacy), podman
+// its next container's chains (their jumps commented as CNI plugins
+// comment them), the
 // tables its iptables makes, a cni_ table, and an admin adds a table
 // whose forward chain drops. Reset's RemoveNetfilter removes exactly the
 // node's part, and a second run changes nothing.
@@ -53,6 +55,14 @@ table inet guard {
 	chain forward { type filter hook forward priority 0; policy drop; }
 }
 `)
+	// podman's next container after start: its chain's jump carries the
+	// CNI plugins' comment naming its network (JSON input: the comment
+	// holds quotes).
+	nft(t, "add chain ip nat CNI-podman2\n")
+	nftJSON(t, `{"nftables": [{"add": {"rule": {"family": "ip", "table": "nat", "chain": "POSTROUTING",
+		"comment": "name: \"podman\" id: \"c2\"", "expr": [{"jump": {"target": "CNI-podman2"}}]}}}]}`)
+	sh(t, "iptables-legacy", "-t", "nat", "-N", "CNI-podman-legacy2")
+	sh(t, "iptables-legacy", "-t", "nat", "-A", "POSTROUTING", "-m", "comment", "--comment", `name: "podman" id: "c2"`, "-j", "CNI-podman-legacy2")
 	sh(t, "iptables-legacy", "-t", "nat", "-N", "KUBE-SERVICES")
 	sh(t, "iptables-legacy", "-t", "nat", "-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES")
 	sh(t, "iptables-legacy", "-t", "nat", "-A", "POSTROUTING", "-s", "10.244.0.0/24", "-j", "KUBE-SERVICES")
@@ -61,7 +71,7 @@ table inet guard {
 		t.Fatalf("RemoveNetfilter = %v, %v", changed, err)
 	}
 	rules := sh(t, "nft", "list", "ruleset")
-	for _, want := range []string{"CNI-podman1", "ip saddr 10.88.0.0/16 jump CNI-podman1", "table inet guard", "policy drop"} {
+	for _, want := range []string{"CNI-podman1", "ip saddr 10.88.0.0/16 jump CNI-podman1", "chain CNI-podman2", "jump CNI-podman2", "table inet guard", "policy drop"} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("nft: %q removed:\n%s", want, rules)
 		}
@@ -72,7 +82,8 @@ table inet guard {
 		}
 	}
 	legacy := sh(t, "iptables-legacy-save", "-t", "nat")
-	if !strings.Contains(legacy, ":CNI-podman-legacy") || !strings.Contains(legacy, "-j CNI-podman-legacy") {
+	if !strings.Contains(legacy, ":CNI-podman-legacy ") || !strings.Contains(legacy, "-j CNI-podman-legacy\n") ||
+		!strings.Contains(legacy, ":CNI-podman-legacy2 ") || !strings.Contains(legacy, "-j CNI-podman-legacy2\n") {
 		t.Errorf("iptables-legacy: podman's chain or rule removed:\n%s", legacy)
 	}
 	if strings.Contains(legacy, "KUBE-SERVICES") {
@@ -89,6 +100,15 @@ func nft(t *testing.T, script string) {
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft -f: %v\n%s\n%s", err, out, script)
+	}
+}
+
+func nftJSON(t *testing.T, script string) {
+	t.Helper()
+	cmd := exec.Command("nft", "-j", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -j -f: %v\n%s\n%s", err, out, script)
 	}
 }
 

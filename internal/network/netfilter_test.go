@@ -22,6 +22,11 @@ func TestResetRemovesOnlyTheNetfilterStateTheNodeMade(t *testing.T) {
 	before := Before{Tables: []string{"inet site", "ip nat"},
 		Chains:      []string{"inet site input", "ip nat CNI-DN-nerdctl1", "ip nat CNI-HOSTPORT-DNAT", "ip nat CNI-podman1", "ip nat POSTROUTING", "ip nat PREROUTING"},
 		ChainsKnown: true}
+	// After start: podman's next container, its chain's jump commented
+	// with its own CNI network, as the CNI plugins comment theirs.
+	f.chains = append(f.chains, fakeChain{"ip", "nat", "CNI-podman2", ""})
+	f.rules = append(f.rules, fakeRule{"ip", "nat", "POSTROUTING", 33, "CNI-podman2"})
+	f.comments = map[int]string{33: `name: "podman" id: "c2"`, 13: `dnat name: "aks-flex-node" id: "n1"`}
 	// After start: an admin's table of base chains only, forward drop.
 	f.tables = append(f.tables, "inet guard")
 	f.chains = append(f.chains, fakeChain{"inet", "guard", "forward", "forward"}, fakeChain{"inet", "guard", "input", "input"})
@@ -37,7 +42,7 @@ func TestResetRemovesOnlyTheNetfilterStateTheNodeMade(t *testing.T) {
 	for _, ch := range f.chains {
 		chains = append(chains, ch.family+" "+ch.table+" "+ch.name)
 	}
-	for _, want := range []string{"ip nat CNI-podman1", "ip nat CNI-DN-nerdctl1", "ip nat CNI-HOSTPORT-DNAT", "inet guard forward"} {
+	for _, want := range []string{"ip nat CNI-podman1", "ip nat CNI-podman2", "ip nat CNI-DN-nerdctl1", "ip nat CNI-HOSTPORT-DNAT", "inet guard forward"} {
 		if !slices.Contains(chains, want) {
 			t.Errorf("chain %s removed; left: %v", want, chains)
 		}
@@ -52,8 +57,8 @@ func TestResetRemovesOnlyTheNetfilterStateTheNodeMade(t *testing.T) {
 		handles = append(handles, r.handle)
 	}
 	// The host's own rules, the jump to the shared CNI-HOSTPORT-DNAT that
-	// was there before, podman's jump and chain rule, nerdctl's jump.
-	if !slices.Equal(handles, []int{3, 11, 12, 30, 31, 32}) {
+	// was there before, podman's jumps and chain rule, nerdctl's jump.
+	if !slices.Equal(handles, []int{3, 11, 12, 30, 31, 32, 33}) {
 		t.Errorf("rules left: %v\n%s", handles, strings.Join(f.calls, "\n"))
 	}
 }
