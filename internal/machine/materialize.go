@@ -78,6 +78,29 @@ type materializer struct {
 	linked, copied, other int
 	// dirs whose metadata is set last, deepest first
 	dirs []dirTimes
+	// linkedNow are the cached inodes this run linked (device, inode): a
+	// layer's own hard links (usr/bin/perl and perl5.36.0) are one inode,
+	// whose ctime the first link moved after its check passed.
+	linkedNow map[[2]uint64]bool
+}
+
+// cacheChanged says the cached file x, whose stamp is now cur and whose
+// permission bits are mode, is not what the index recorded; for an inode
+// this run linked already, its ctime is not compared (the link moved it).
+func (m *materializer) cacheChanged(x *indexEntry, cur artifact.FileStamp, mode uint32) bool {
+	if m.linkedNow[[2]uint64{cur.Dev, cur.Ino}] && x.Stamp != nil {
+		cur.Ctime = x.Stamp.Ctime
+	}
+	return !x.unchanged(cur, mode)
+}
+
+// linkedOne counts a hard link of the cached inode cur.
+func (m *materializer) linkedOne(cur artifact.FileStamp) {
+	if m.linkedNow == nil {
+		m.linkedNow = map[[2]uint64]bool{}
+	}
+	m.linkedNow[[2]uint64{cur.Dev, cur.Ino}] = true
+	m.linked++
 }
 
 type dirTimes struct {
@@ -266,7 +289,8 @@ func (m *materializer) file(e *cacheEntry, src, dst string, x *indexEntry) error
 	if err != nil {
 		return err
 	}
-	if st, ok := artifact.StampOf("", fi); !ok || !fi.Mode().IsRegular() || !x.unchanged(st, modeBits(fi.Mode())) {
+	cur, ok := artifact.StampOf("", fi)
+	if !ok || !fi.Mode().IsRegular() || m.cacheChanged(x, cur, modeBits(fi.Mode())) {
 		return &errCacheChanged{entry: e, path: x.Path}
 	}
 	if m.mode == modeReflink {
@@ -280,7 +304,7 @@ func (m *materializer) file(e *cacheEntry, src, dst string, x *indexEntry) error
 	if m.mode == modeHardlink && strings.HasPrefix(x.Path, "usr/") {
 		err = m.root.Link(src, dst)
 		if err == nil {
-			m.linked++
+			m.linkedOne(cur)
 			return nil
 		}
 		if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EMLINK) {

@@ -132,7 +132,7 @@ func (m *materializer) fileAt(e *cacheEntry, sfd, dfd int, name string, x *index
 		return err
 	}
 	cur := artifact.FileStamp{Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino, Dev: uint64(st.Dev)} //nolint:unconvert // Dev is uint32 on some arches
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || !x.unchanged(cur, st.Mode&0o7777) {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || m.cacheChanged(x, cur, st.Mode&0o7777) {
 		return &errCacheChanged{entry: e, path: x.Path}
 	}
 	if m.mode == modeReflink {
@@ -146,7 +146,7 @@ func (m *materializer) fileAt(e *cacheEntry, sfd, dfd int, name string, x *index
 	if m.mode == modeHardlink && strings.HasPrefix(x.Path, "usr/") {
 		err := unix.Linkat(sfd, name, dfd, name, 0)
 		if err == nil {
-			m.linked++
+			m.linkedOne(cur)
 			return nil
 		}
 		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EMLINK) {
