@@ -275,3 +275,27 @@ func TestLayerCacheCatchesAChangeWithSizeAndMtimeKept(t *testing.T) {
 		})
 	}
 }
+
+// Issue 26 item 13c: a layer's own hard links (usr/bin/perl and
+// usr/bin/perl5.36.0 in Debian) are one cached inode; linking the first
+// moves its ctime, which does not make the second a change.
+func TestLayerCacheLinksALayersOwnHardLinks(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	img := imageOf(t, layerOf(t, file{name: "usr/"}, file{name: "usr/bin/"}, file{name: "usr/bin/perl5.36.0", body: "perl"},
+		file{name: "usr/bin/perl", hard: "usr/bin/perl5.36.0"}))
+	ref := writeLayout(t, root, "/srv/images/node", "v1", img)
+	p := &Provisioner{linkMode: modeHardlink}
+	for _, m := range []string{"kube1", "kube2"} {
+		res, err := p.Provision(ctx, at(root), m, ref, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		if m == "kube2" && !strings.Contains(res.Detail, "(0 extracted") {
+			t.Errorf("kube2 extracted again: %s", res.Detail)
+		}
+	}
+	if got := readFile(t, filepath.Join(Dir(at(root), "kube2"), "usr/bin/perl")); got != "perl" {
+		t.Errorf("usr/bin/perl = %q", got)
+	}
+}
