@@ -20,10 +20,13 @@ if [ "$have_inotify" -lt "$want_inotify" ]; then
 	sysctl -qw fs.inotify.max_user_instances="$want_inotify"
 fi
 
+# nftables, iptables: reset's netfilter test (internal/network) makes the
+# node's and others' tables and chains, nft and iptables-legacy, for real in a
+# network namespace it creates.
 # ignition: the real Ignition binary for the first-boot e2e test; it runs
 # setfiles(8) from policycoreutils on what it writes (Debian builds it with
 # SELinux relabeling).
-pkgs=(debootstrap systemd-container shellcheck iproute2 openssl util-linux ignition policycoreutils)
+pkgs=(debootstrap systemd-container shellcheck iproute2 openssl util-linux ignition policycoreutils nftables iptables)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -36,7 +36,7 @@ type record struct {
 	// Manifest is the SHA-256 of manifest.json as it was verified.
 	Manifest   string      `json:"manifestSHA256"`
 	VerifiedAt time.Time   `json:"verifiedAt"`
-	Files      []fileStamp `json:"files"`
+	Files      []FileStamp `json:"files"`
 }
 
 // hashedBytes counts every byte this package hashed in this process
@@ -163,7 +163,7 @@ func (s *Stager) recordVerified() {
 // the hash leaves a record that no longer matches. Without a state dir
 // (`artifacts verify --quick` on a host start never ran on) nothing is
 // recorded.
-func (s *Stager) saveRecord(dir, manifestSum string, stamp []fileStamp, at time.Time) (saved bool, err error) {
+func (s *Stager) saveRecord(dir, manifestSum string, stamp []FileStamp, at time.Time) (saved bool, err error) {
 	host, p := s.recordPath(dir)
 	if _, err := os.Stat(s.Layout.OnRoot(s.Layout.StateDir())); err != nil {
 		return false, nil

@@ -73,7 +73,7 @@ type Staged struct {
 type verifiedBundle struct {
 	dir      string
 	want     Components
-	stamp    []fileStamp
+	stamp    []FileStamp
 	manifest *Manifest
 	how      Verification
 	// manifestSum and recorded: what its verification record needs,

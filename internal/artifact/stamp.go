@@ -30,10 +30,14 @@ const componentsStamp = "components.stamp"
 type stampFile struct {
 	Bundle string      `json:"bundle"`
 	Want   Components  `json:"want"`
-	Files  []fileStamp `json:"files"`
+	Files  []FileStamp `json:"files"`
 }
 
-type fileStamp struct {
+// FileStamp is a file's stat as a verification record keeps it: a file
+// rewritten in place no longer matches, even with its size and mtime put
+// back, because ctime cannot be set from user space. The machine
+// package's layer cache records its files the same way.
+type FileStamp struct {
 	Path string `json:"path"`
 	// Link is where a link in the bundle points; the rest is its target's.
 	Link  string `json:"link,omitempty"`
@@ -46,12 +50,14 @@ type fileStamp struct {
 	Dev uint64 `json:"dev"`
 }
 
-func stampOf(p string, fi fs.FileInfo) (fileStamp, bool) {
+// StampOf is the stamp of the file at p whose stat fi is (false when fi
+// has no Unix stat).
+func StampOf(p string, fi fs.FileInfo) (FileStamp, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fileStamp{}, false
+		return FileStamp{}, false
 	}
-	return fileStamp{Path: p, Size: fi.Size(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino, Dev: uint64(st.Dev)}, true //nolint:unconvert // Dev is uint32 on some arches
+	return FileStamp{Path: p, Size: fi.Size(), Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino, Dev: uint64(st.Dev)}, true //nolint:unconvert // Dev is uint32 on some arches
 }
 
 // stampBundle stats every file of the bundle in dir, as Verify reads it.
@@ -62,12 +68,12 @@ func stampOf(p string, fi fs.FileInfo) (fileStamp, bool) {
 // Links inside the bundle are followed, as Verify follows them, and
 // stamped as their target; one that does not lead to a regular file
 // cannot be stamped, and the bundle is then verified in full every time.
-func stampBundle(dir string) ([]fileStamp, error) {
+func stampBundle(dir string) ([]FileStamp, error) {
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []fileStamp
+	var out []FileStamp
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -97,7 +103,7 @@ func stampBundle(dir string) ([]fileStamp, error) {
 		default:
 			return nil
 		}
-		st, ok := stampOf(p, fi)
+		st, ok := StampOf(p, fi)
 		if !ok {
 			return fmt.Errorf("%s: no stat data", p)
 		}
@@ -110,7 +116,7 @@ func stampBundle(dir string) ([]fileStamp, error) {
 
 // stampComponents stamps the bundle in bundleDir and what was installed
 // from it into the machine, sorted.
-func (s *Stager) stampComponents(bundleDir string) ([]fileStamp, error) {
+func (s *Stager) stampComponents(bundleDir string) ([]FileStamp, error) {
 	b, err := stampBundle(bundleDir)
 	if err != nil {
 		return nil, err
@@ -119,7 +125,7 @@ func (s *Stager) stampComponents(bundleDir string) ([]fileStamp, error) {
 }
 
 // withInstalled adds the installed files' stamps to the bundle's, sorted.
-func (s *Stager) withInstalled(b []fileStamp) ([]fileStamp, error) {
+func (s *Stager) withInstalled(b []FileStamp) ([]FileStamp, error) {
 	roots, err := installedRoots(s.MachineRoot)
 	if err != nil {
 		return nil, err
@@ -134,8 +140,8 @@ func (s *Stager) withInstalled(b []fileStamp) ([]fileStamp, error) {
 }
 
 // stampTrees stats every regular file under the given roots, sorted.
-func stampTrees(roots ...string) ([]fileStamp, error) {
-	var out []fileStamp
+func stampTrees(roots ...string) ([]FileStamp, error) {
+	var out []FileStamp
 	for _, root := range roots {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -151,7 +157,7 @@ func stampTrees(roots ...string) ([]fileStamp, error) {
 			if err != nil {
 				return err
 			}
-			if st, ok := stampOf(p, fi); ok {
+			if st, ok := StampOf(p, fi); ok {
 				out = append(out, st)
 			}
 			return nil
@@ -210,7 +216,7 @@ func (s *Stager) Unchanged(bundleDir string) bool {
 func (s *Stager) saveStamp(bundleDir string) error {
 	// The bundle as it was verified in this run, when it was: a file
 	// changed after install read it then breaks the stamp.
-	var files []fileStamp
+	var files []FileStamp
 	var err error
 	if v := s.verified; v != nil && v.dir == bundleKey(bundleDir) && v.want == s.Want {
 		files, err = s.withInstalled(v.stamp)

@@ -20,6 +20,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/image"
 	"github.com/Azure/aks-flex-node/internal/image/deb"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/transport"
 )
@@ -191,7 +192,7 @@ func mirrorGetter(mirror string, plainHTTP bool) (deb.Getter, error) {
 }
 
 func newImageCheckCommand() *cobra.Command {
-	var arch, output string
+	var arch, output, cfgPath string
 	var plainHTTP bool
 	cmd := &cobra.Command{
 		Use:   "check REF",
@@ -205,6 +206,11 @@ IDs, their tar headers read; nothing is written) and each contract item is
 reported:
 
 ` + contractHelp() + `
+The iptables item is for the default config (bridge networking, whose
+portmap CNI plugin calls iptables); with --config the contract follows that
+config: iptables for bridge networking or the agent's kube-proxy in iptables
+mode, nft for its nftables mode, either one otherwise.
+
 Registry pulls follow the transport policy (https; plain HTTP only to a
 loopback registry or with --plain-http) and use the Docker config's
 credentials. Exit status: 0 the image meets the contract (and is for --arch),
@@ -226,6 +232,14 @@ credentials. Exit status: 0 the image meets the contract (and is for --arch),
 				return err
 			}
 			p := &machine.Provisioner{PlainHTTP: plainHTTP, Keychain: authn.DefaultKeychain, Platform: v1.Platform{OS: "linux", Architecture: arch}}
+			if cfgPath != "" {
+				c, err := loadConfig(cfgPath, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				needs := lifecycle.ImageNeeds(c)
+				p.Needs = &needs
+			}
 			in, err := p.Inspect(cmd.Context(), l, ref)
 			if err != nil {
 				return fmt.Errorf("image check: %s: %w", ref, err)
@@ -234,6 +248,7 @@ credentials. Exit status: 0 the image meets the contract (and is for --arch),
 		},
 	}
 	cmd.Flags().StringVar(&arch, "arch", "", "the arch the image must be for (default: this host's)")
+	cmd.Flags().StringVarP(&cfgPath, "config", "c", "", "judge the image for the node this config file describes (default: the default config's needs)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().BoolVar(&plainHTTP, "plain-http", false, "allow plain HTTP to a registry that is not on loopback")
 	return cmd

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
@@ -28,6 +30,7 @@ type nodeUpgradeFlags struct {
 	path, version, image, output string
 	drain, ready, lock           time.Duration
 	preflight                    preflight.Options
+	drainRules                   drain.Options
 }
 
 func newNodeUpgradeCommand() *cobra.Command {
@@ -41,9 +44,14 @@ prepared completely with version V (and --image, if given, as its worker
 image) while the active one keeps serving: rootfs, node components from the
 bundle for V (bootstrap.offlineArtifacts.source with V), nspawn files and
 node config. Then the Node is cordoned and drained through the Eviction API
-(PodDisruptionBudgets respected, DaemonSet and mirror pods left, bounded by
---drain-timeout; the pods left are named when it passes, and the node is
-uncordoned), the active machine stops and hands the node's identity over
+by kubectl drain's rules (PodDisruptionBudgets respected, mirror pods left,
+bounded by --drain-timeout; the pods left are named when it passes, and the
+node is uncordoned unless it was cordoned before). As kubectl drain does,
+the drain refuses, before evicting anything and naming each pod, a
+DaemonSet's pods (--ignore-daemonsets leaves them), pods no controller
+manages (--force evicts them, for good) and pods with emptyDir data
+(--delete-emptydir-data evicts them, their data with them). Then the
+active machine stops and hands the node's identity over
 (the kubelet's client certificate and key, its kubeconfig: the same Node,
 never a new one), the other machine starts, and the Node must be Ready at
 kubelet V within --ready-timeout; then it is uncordoned and the state
@@ -89,6 +97,7 @@ switch):
 	fl.StringVar(&f.version, "kubernetes-version", "", "the Kubernetes version the node is repaved to (required)")
 	fl.StringVar(&f.image, "image", "", "the worker image for the new machine (default: bootstrap.ociImage or the bundle's)")
 	fl.DurationVar(&f.drain, "drain-timeout", 5*time.Minute, "how long the drain may take before the repave gives up (and uncordons)")
+	addDrainFlags(fl, &f.drainRules)
 	fl.DurationVar(&f.ready, "ready-timeout", 3*time.Minute, "how long the new machine has to be Ready at the new version before the repave rolls back")
 	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json (the repave's record)")
 	fl.StringSliceVar(&f.preflight.IgnoreErrors, "ignore-preflight-errors", nil, "preflight checks whose errors are shown as warnings, comma-separated, or 'all'")
@@ -133,7 +142,7 @@ func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
 	con := progress.NewConsole("node upgrade", stdout, cmd.ErrOrStderr(), levelOf(c), false)
 	r := lifecycle.NewRepave(lifecycle.RepaveOptions{
 		Options: lifecycle.Options{Layout: l, Config: c, ConfigFile: f.path, ConfigData: data,
-			Log: con.Log, Progress: con.Progress, Observer: con.Observer, Lock: lockWait(cmd, l, f.lock)},
+			Log: con.Log, Progress: con.Progress, Observer: con.Observer, Lock: lockWait(cmd, l, f.lock), Drain: f.drainRules},
 		KubernetesVersion: f.version, Image: f.image, DrainTimeout: f.drain, ReadyTimeout: f.ready,
 	}, *applied)
 	pf := lifecycle.Preflight{
@@ -156,4 +165,12 @@ func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
 		return fmt.Errorf("node upgrade: %w", err)
 	}
 	return nil
+}
+
+// addDrainFlags adds kubectl drain's opt-ins, by its flags' names, for the
+// commands whose repave drains the node (node upgrade, start).
+func addDrainFlags(fl *pflag.FlagSet, o *drain.Options) {
+	fl.BoolVar(&o.IgnoreDaemonSets, "ignore-daemonsets", false, "drain: leave DaemonSet-managed pods (without it they refuse the drain)")
+	fl.BoolVar(&o.Force, "force", false, "drain: evict pods no controller manages; nothing recreates them (without it they refuse the drain)")
+	fl.BoolVar(&o.DeleteEmptyDirData, "delete-emptydir-data", false, "drain: evict pods with emptyDir volumes, deleting their data (without it they refuse the drain)")
 }

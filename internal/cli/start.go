@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
@@ -63,6 +64,7 @@ func newStartCommand() *cobra.Command {
 	var path string
 	var opts preflight.Options
 	var timeout, drainTimeout, lockTimeout time.Duration
+	var drainRules drain.Options
 	cmd := &cobra.Command{
 		Use:     "start",
 		Aliases: []string{"bootstrap"},
@@ -102,6 +104,7 @@ func newStartCommand() *cobra.Command {
 				Observer:     con.Observer,
 				JoinTimeout:  timeout,
 				DrainTimeout: drainTimeout,
+				Drain:        drainRules,
 				Lock:         lockWait(cmd, l, lockTimeout),
 			})
 			pf := lifecycle.Preflight{
@@ -125,6 +128,7 @@ func newStartCommand() *cobra.Command {
 	preflight.AddFlags(cmd.Flags(), &opts)
 	cmd.Flags().DurationVar(&timeout, "join-timeout", 5*time.Minute, "how long to wait for the TLS bootstrap and for the Node to be Ready (on a repave: at the new version, before rolling back)")
 	cmd.Flags().DurationVar(&drainTimeout, "drain-timeout", 5*time.Minute, "when start repaves (the config names another version or worker image): how long the drain may take before the repave gives up (and uncordons)")
+	addDrainFlags(cmd.Flags(), &drainRules)
 	addLockFlag(cmd, &lockTimeout)
 	return cmd
 }

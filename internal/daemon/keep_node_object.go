@@ -126,12 +126,19 @@ func (k *NodeObjectKeeper) reregister(ctx context.Context, a *state.Applied) err
 	return nil
 }
 
+// deletionDrain are the deletion drain's opt-ins: all of kubectl drain's.
+// The reset that follows ends every pod on this host whatever the drain
+// does, so a pod kubectl would refuse is better evicted (its graceful
+// end, its budget respected) than refused and then killed; a DaemonSet's
+// pods are left, as they are in any node deletion.
+var deletionDrain = drain.Options{IgnoreDaemonSets: true, Force: true, DeleteEmptyDirData: true}
+
 // deletion drains the Node (bounded; what stays is named), records it,
 // and starts the reset, which stops this agent for good.
 func (k *NodeObjectKeeper) deletion(ctx context.Context, cs kubeclient.Interface, a *state.Applied) error {
 	mk := k.Keeper
 	mk.Log.Info("Node carries the deletion taint; draining it, then resetting this host", "node", a.NodeName, "taint", DeletingTaint)
-	evicted, derr := drain.Drain(ctx, cs, a.NodeName, deletionDrainTimeout)
+	evicted, derr := drain.Drain(ctx, cs, a.NodeName, deletionDrainTimeout, deletionDrain)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

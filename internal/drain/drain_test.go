@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,12 +46,12 @@ func TestDrainRespectsPDBAndIsBounded(t *testing.T) {
 		return true, nil, cs.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "default", name)
 	})
 	refuse = 1 << 30
-	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 50*time.Millisecond)
+	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 50*time.Millisecond, Options{Force: true})
 	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
 		t.Fatalf("drain = %v", err)
 	}
 	refuse = 2
-	n, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 5*time.Second)
+	n, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 5*time.Second, Options{Force: true})
 	if err != nil || n != 1 {
 		t.Fatalf("drain = %d, %v", n, err)
 	}
@@ -76,8 +77,64 @@ func TestDrainNamesThePodsWhenTheLastListingFails(t *testing.T) {
 		}
 		return true, nil, errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
 	})
-	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 60*time.Millisecond)
+	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 60*time.Millisecond, Options{Force: true})
 	if err == nil || !strings.Contains(err.Error(), "default/guarded (a PodDisruptionBudget refuses its eviction)") {
 		t.Fatalf("drain = %v", err)
+	}
+}
+
+// Issue 26 item 10: the drain refuses what `kubectl drain` refuses, before
+// it evicts anything, naming each pod and why: a pod no controller
+// manages (unless Force), a pod with emptyDir data (unless
+// DeleteEmptyDirData), a DaemonSet's pod (unless IgnoreDaemonSets, which
+// leaves it). With the opt-ins the drain evicts the first two and leaves
+// the DaemonSet's; a mirror pod and a finished one are left either way.
+func TestDrainRefusesWhatKubectlDrainRefuses(t *testing.T) {
+	Poll = 10 * time.Millisecond
+	yes := true
+	owned := func(p *corev1.Pod, kind string) *corev1.Pod {
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "owner", Controller: &yes}}
+		return p
+	}
+	scratch := owned(pod("scratch"), "ReplicaSet")
+	scratch.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	mirror := pod("static")
+	mirror.Annotations = map[string]string{mirrorAnnotation: "x"}
+	done := pod("done")
+	done.Status.Phase = corev1.PodSucceeded
+	objs := []runtime.Object{owned(pod("web"), "ReplicaSet"), pod("bare"), scratch, owned(pod("ds"), "DaemonSet"), mirror, done}
+	var evicted []string
+	evicting := func(cs *fake.Clientset) {
+		cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "eviction" {
+				return false, nil, nil
+			}
+			name := a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
+			evicted = append(evicted, name)
+			return true, nil, cs.Tracker().Delete(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "default", name)
+		})
+	}
+	cs := fake.NewClientset(objs...)
+	evicting(cs)
+	_, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", time.Second, Options{})
+	var refused *RefusedError
+	if !errors.As(err, &refused) || len(evicted) != 0 {
+		t.Fatalf("drain = %v, evicted %v", err, evicted)
+	}
+	for _, want := range []string{
+		"cannot delete Pods that declare no controller (use --force to override): default/bare",
+		"cannot delete Pods with local storage (use --delete-emptydir-data to override): default/scratch",
+		"cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore them): default/ds",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\nlacks %q", err, want)
+		}
+	}
+	cs = fake.NewClientset(objs...)
+	evicting(cs)
+	n, err := Drain(context.Background(), kubeclienttest.Wrap(cs), "n1", 5*time.Second, Options{IgnoreDaemonSets: true, Force: true, DeleteEmptyDirData: true})
+	slices.Sort(evicted)
+	if err != nil || n != 3 || strings.Join(evicted, ",") != "bare,scratch,web" {
+		t.Fatalf("drain with the opt-ins = %d, %v; evicted %v", n, err, evicted)
 	}
 }

@@ -18,7 +18,9 @@ const ContractVersion = "1"
 //	systemd          /usr/lib/systemd/systemd: systemd-nspawn --boot runs it as init
 //	mount, umount    kubelet mounts volumes
 //	nsenter          kubelet and the CNI plugins enter namespaces
-//	iptables         iptables or nft: kubelet's and the portmap plugin's rules
+//	iptables         iptables when the node runs the portmap CNI plugin (bridge
+//	                 networking) or kube-proxy in iptables mode; nft when
+//	                 kube-proxy runs in nftables mode; else either (Needs)
 //	ip               the CNI bridge plugin and the node's routes
 //	conntrack        flushing stale NAT entries
 //	modprobe         kubelet and containerd load modules they need
@@ -46,26 +48,73 @@ type Finding struct {
 // searchPath is where executables are looked up in the machine.
 var searchPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
-// Contract is the worker image contract, in the order it is reported.
-var Contract = []ContractItem{
-	{"systemd", "systemd as init (/usr/lib/systemd/systemd)", func(t *Tree) (bool, string) {
-		return anyFile(t, []string{"/usr/lib/systemd/systemd", "/lib/systemd/systemd"}, true)
-	}},
-	executable("mount"),
-	executable("umount"),
-	executable("nsenter"),
-	executable("iptables", "nft"),
-	executable("ip"),
-	executable("conntrack"),
-	executable("modprobe"),
-	{"ca-certificates", "a CA certificate bundle", func(t *Tree) (bool, string) {
-		return anyFile(t, []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}, false)
-	}},
-	{"os-release", "/etc/os-release or /usr/lib/os-release", func(t *Tree) (bool, string) {
-		return anyFile(t, []string{"/etc/os-release", "/usr/lib/os-release"}, false)
-	}},
-	absent("kubelet"),
-	absent("containerd"),
+// Needs says which netfilter tools the node will call inside the machine:
+// the contract requires those (ContractFor). The bundle's portmap CNI
+// plugin, which the node's bridge CNI config chains for hostPort, and
+// kube-proxy in iptables mode call iptables; kube-proxy in nftables mode
+// calls nft. With none of them (the cluster's CNI, the cluster's
+// kube-proxy) either tool does, for the kubelet's own rules.
+type Needs struct {
+	IPTables bool
+	NFT      bool
+}
+
+// DefaultNeeds are the default config's: bridge networking, so portmap.
+var DefaultNeeds = Needs{IPTables: true}
+
+// Contract is the worker image contract for the default config
+// (DefaultNeeds), in the order it is reported.
+var Contract = ContractFor(DefaultNeeds)
+
+// ContractFor is the worker image contract for a node that needs n.
+func ContractFor(n Needs) []ContractItem {
+	items := []ContractItem{
+		{"systemd", "systemd as init (/usr/lib/systemd/systemd)", func(t *Tree) (bool, string) {
+			return anyFile(t, []string{"/usr/lib/systemd/systemd", "/lib/systemd/systemd"}, true)
+		}},
+		executable("mount"),
+		executable("umount"),
+		executable("nsenter"),
+	}
+	switch {
+	case n.IPTables || n.NFT:
+		if n.IPTables {
+			items = append(items, because(executable("iptables"), "the portmap CNI plugin (bridge networking: hostPort) and kube-proxy's iptables mode call iptables"))
+		}
+		if n.NFT {
+			items = append(items, because(executable("nft"), "kube-proxy's nftables mode calls nft"))
+		}
+	default:
+		items = append(items, executable("iptables", "nft"))
+	}
+	return append(items,
+		executable("ip"),
+		executable("conntrack"),
+		executable("modprobe"),
+		ContractItem{"ca-certificates", "a CA certificate bundle", func(t *Tree) (bool, string) {
+			return anyFile(t, []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}, false)
+		}},
+		ContractItem{"os-release", "/etc/os-release or /usr/lib/os-release", func(t *Tree) (bool, string) {
+			return anyFile(t, []string{"/etc/os-release", "/usr/lib/os-release"}, false)
+		}},
+		absent("kubelet"),
+		absent("containerd"),
+	)
+}
+
+// because adds why the node needs an item to its description and to the
+// finding of an image that misses it.
+func because(it ContractItem, why string) ContractItem {
+	check := it.check
+	it.What += " (" + why + ")"
+	it.check = func(t *Tree) (bool, string) {
+		ok, detail := check(t)
+		if !ok {
+			detail += ": " + why
+		}
+		return ok, detail
+	}
+	return it
 }
 
 // executable is the item "one of names is an executable on the search
@@ -123,10 +172,15 @@ func anyFile(t *Tree, paths []string, exec bool) (bool, string) {
 	return false, "none of " + strings.Join(paths, ", ")
 }
 
-// CheckContract checks t against every contract item.
-func CheckContract(t *Tree) []Finding {
-	out := make([]Finding, 0, len(Contract))
-	for _, it := range Contract {
+// CheckContract checks t against every contract item, for the default
+// config (DefaultNeeds).
+func CheckContract(t *Tree) []Finding { return CheckContractFor(t, DefaultNeeds) }
+
+// CheckContractFor checks t against the contract for a node that needs n.
+func CheckContractFor(t *Tree, n Needs) []Finding {
+	items := ContractFor(n)
+	out := make([]Finding, 0, len(items))
+	for _, it := range items {
 		ok, detail := it.check(t)
 		out = append(out, Finding{Item: it.Name, OK: ok, Detail: detail})
 	}

@@ -16,6 +16,9 @@ type cordonNode struct {
 	client   *NodeClient
 	nodeName string
 	cordon   bool
+	// keep, for an uncordon, says the Node was cordoned before the
+	// command cordoned it (by an operator): then it stays cordoned.
+	keep func() bool
 }
 
 // CordonNode returns the task that marks the Node unschedulable, as the
@@ -23,6 +26,13 @@ type cordonNode struct {
 // false it is uncordon-node, which marks it schedulable again.
 func CordonNode(client *NodeClient, nodeName string, cordon bool) task.Task {
 	return &cordonNode{client: client, nodeName: nodeName, cordon: cordon}
+}
+
+// UncordonUnlessCordonedBefore is uncordon-node for a command that
+// cordoned the Node itself: when cordonedBefore says someone else had
+// cordoned it before, the Node is left as they set it.
+func UncordonUnlessCordonedBefore(client *NodeClient, nodeName string, cordonedBefore func() bool) task.Task {
+	return &cordonNode{client: client, nodeName: nodeName, keep: cordonedBefore}
 }
 
 func (t *cordonNode) Name() string {
@@ -33,6 +43,9 @@ func (t *cordonNode) Name() string {
 }
 
 func (t *cordonNode) Do(ctx context.Context) (task.Result, error) {
+	if !t.cordon && t.keep != nil && t.keep() {
+		return task.Result{Detail: "cordoned before this command cordoned it: left cordoned"}, nil
+	}
 	return SetUnschedulable(ctx, t.client, t.nodeName, t.cordon)
 }
 

@@ -14,17 +14,19 @@ import (
 
 type recordHostNetwork struct{ host Host }
 
-// RecordHostNetwork returns the task that records, once, the nft tables
-// the host has before the node first runs, so that reset removes the
-// tables the node's iptables made and no other. A record already there
-// (a second start) is kept: it describes the host before the first.
+// RecordHostNetwork returns the task that records, once, the netfilter
+// tables and chains (nft's, and iptables-legacy's) the host has before
+// the node first runs, so that reset removes what the node's components
+// made and nothing podman, nerdctl or an admin made. A record already
+// there (a second start) is kept: it describes the host before the first.
 func RecordHostNetwork(h Host) task.Task { return &recordHostNetwork{host: h} }
 
 func (t *recordHostNetwork) Name() string { return "record-host-network" }
 
-// hostNetworkRecord is the record's content.
+// hostNetworkRecord is the record's content. A record from before chains
+// were recorded has nftTables only (network.Before.ChainsKnown false).
 type hostNetworkRecord struct {
-	NftTables []string `json:"nftTables"`
+	network.Before
 }
 
 func (t *recordHostNetwork) Do(ctx context.Context) (task.Result, error) {
@@ -39,11 +41,11 @@ func (t *recordHostNetwork) Do(ctx context.Context) (task.Result, error) {
 	if _, err := os.Stat(l.OnRoot(path)); err == nil {
 		return task.Result{}, nil
 	}
-	tables, err := network.Cleaner{Routes: network.Routes{Run: t.host.Exec}}.Tables(ctx)
+	before, err := network.Cleaner{Routes: network.Routes{Run: t.host.Exec}}.Snapshot(ctx)
 	if err != nil {
 		return task.Result{}, err
 	}
-	data, err := json.Marshal(hostNetworkRecord{NftTables: append([]string{}, tables...)})
+	data, err := json.Marshal(hostNetworkRecord{Before: before})
 	if err != nil {
 		return task.Result{}, err
 	}

@@ -29,8 +29,9 @@ type removeBridgeNetwork struct{ host Host }
 // pod network left in the host's network namespace (which the machine
 // shares), after the machines have stopped: the bridge and its veths,
 // the chains of the CNI plugins and the kubelet with the rules that jump
-// to them, the plugins' nft tables, and the tables the node made that are
-// now empty. Tables are judged against start's record of the host: with
+// to them (in nft and in iptables-legacy), the plugins' nft tables, and
+// the tables the node made that are now empty (network.RemoveNetfilter).
+// Tables and chains are judged against start's record of the host: with
 // no record, no table is removed beyond the plugins' own.
 func RemoveBridgeNetwork(h Host) task.Task { return &removeBridgeNetwork{host: h} }
 
@@ -49,6 +50,6 @@ func (t *removeBridgeNetwork) Do(ctx context.Context) (task.Result, error) {
 	if err != nil {
 		return task.Result{Changed: changed}, err
 	}
-	removed, err := c.RemoveNetfilter(ctx, rec.NftTables, ok)
+	removed, err := c.RemoveNetfilter(ctx, rec.Before, ok)
 	return task.Result{Changed: changed || removed}, err
 }

@@ -73,6 +73,9 @@ type Repave struct {
 	// events records how the repave ended on the Node, with the node's
 	// credential (which hand-over-identity gives both sides).
 	events *events.Recorder
+	// cordonedBefore says the Node was cordoned (by an operator) before
+	// the drain phase cordoned it: every way the repave ends leaves it so.
+	cordonedBefore bool
 }
 
 // NewRepave prepares a repave of the node applied describes (the state
@@ -136,7 +139,7 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "drain", Tasks: []task.Task{
 			CordonNode(r.client, name, true),
-			DrainNode(r.client, name, o.DrainTimeout),
+			DrainNode(r.client, name, o.DrainTimeout, o.Drain),
 		}},
 		{Name: "switch", Tasks: []task.Task{
 			StopActiveMachine(r.from, r.client, name, r.heartbeat),
@@ -148,7 +151,7 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 		}},
 		{Name: "finish", Tasks: []task.Task{
 			SaveState(h, m, c, o.ConfigFile, o.ConfigData, r.chosen, nodeSums),
-			CordonNode(r.client, name, false),
+			r.uncordon(),
 		}},
 	}
 }
@@ -159,7 +162,8 @@ const SwitchPhase = "switch"
 
 // RollbackPhase brings the old side back after the new one failed: the
 // new side stopped (kept on disk for inspection), the old one started
-// and Ready at its own version, the node uncordoned.
+// and Ready at its own version, the node uncordoned (unless it was
+// cordoned before the repave).
 func (r *Repave) RollbackPhase() task.Phase {
 	name := r.opts.Config.Agent.NodeName
 	hb := task.NewOutput[time.Time]("stop-new-machine")
@@ -169,8 +173,14 @@ func (r *Repave) RollbackPhase() task.Phase {
 		StopNewMachine(r.to, r.client, name, hb),
 		StartMachine(r.from, noReboot),
 		WaitNodeVersion(r.from, r.client, name, r.applied.KubernetesVersion, r.opts.ReadyTimeout, hb, r.start.nodeProgress),
-		CordonNode(r.client, name, false),
+		r.uncordon(),
 	}}
+}
+
+// uncordon is uncordon-node for the repave's ends: a Node cordoned before
+// the repave stays cordoned.
+func (r *Repave) uncordon() task.Task {
+	return UncordonUnlessCordonedBefore(r.client, r.opts.Config.Agent.NodeName, func() bool { return r.cordonedBefore })
 }
 
 // DescribeRepave lists the repave's phases and tasks, one phase a line,

@@ -72,6 +72,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 		rec.Step = p.Name
 		if p.Name == "drain" {
 			rec.WasUnschedulable = r.unschedulable(ctx)
+			r.cordonedBefore = rec.WasUnschedulable
 		}
 		sides.InFlight = rec
 		if err := store.SaveSides(*sides); err != nil {
@@ -150,7 +151,8 @@ func (e *RolledBackError) Error() string {
 func (e *RolledBackError) Unwrap() error { return e.Reason }
 
 // failed records a repave that failed in phase and undoes what must be:
-// before switch the old side still serves (a drain's cordon is lifted);
+// before switch the old side still serves (a drain's cordon is lifted,
+// unless the Node was cordoned before the repave);
 // in switch the old side is brought back; in finish the new side serves.
 func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repave, phase string, cause error) error {
 	store := state.Open(r.opts.Layout)
@@ -159,9 +161,10 @@ func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repa
 	defer cancel()
 	err := cause
 	result := state.RepaveFailed
+	r.cordonedBefore = rec.WasUnschedulable
 	switch phase {
 	case "drain":
-		if _, uerr := SetUnschedulable(uctx, r.client, r.opts.Config.Agent.NodeName, false); uerr != nil {
+		if _, uerr := r.uncordon().Do(uctx); uerr != nil {
 			err = errors.Join(cause, fmt.Errorf("uncordon after the failed drain: %w", uerr))
 		}
 	case SwitchPhase:

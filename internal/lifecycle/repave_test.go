@@ -316,3 +316,77 @@ func TestRepaveRecoversAnInterruptedOneFirst(t *testing.T) {
 		t.Fatalf("sides after the recovery: %+v (%v)", got, err)
 	}
 }
+
+// Issue 26 item 13a: a Node an operator cordoned before the repave stays
+// cordoned on every path the repave ends by: a failed drain, a rollback,
+// and a repave that succeeds (finish's uncordon); a Node the repave
+// cordoned itself is uncordoned on each.
+func TestRepaveKeepsAnOperatorsCordonOnEveryPath(t *testing.T) {
+	for _, before := range []bool{true, false} {
+		// failed drain
+		h := newFakeHost(t, "kube1", "1.34.2")
+		r, _ := newTestRepave(t, h, "kube1", "1.34.2")
+		if _, err := SetUnschedulable(t.Context(), r.client, "n1", true); err != nil {
+			t.Fatal(err)
+		}
+		sides, rec := sidesFor("kube1", "1.34.2")
+		rec.WasUnschedulable = before
+		_ = r.failed(t.Context(), sides, rec, "drain", errors.New("pods left"))
+		if n, _ := h.cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{}); n.Spec.Unschedulable != before {
+			t.Errorf("cordoned before=%v: after a failed drain unschedulable=%v", before, n.Spec.Unschedulable)
+		}
+		// rollback
+		h = newFakeHost(t, "kube2", "1.34.2")
+		h.versions["kube1"] = "1.34.2"
+		r, _ = newTestRepave(t, h, "kube1", "1.34.2")
+		h.state["kube1"] = "inactive"
+		if _, err := SetUnschedulable(t.Context(), r.client, "n1", true); err != nil {
+			t.Fatal(err)
+		}
+		sides, rec = sidesFor("kube1", "1.34.2")
+		rec.WasUnschedulable = before
+		var rb *RolledBackError
+		if err := r.failed(t.Context(), sides, rec, SwitchPhase, errors.New("not Ready")); !errors.As(err, &rb) {
+			t.Fatalf("rollback: %v", err)
+		}
+		if n, _ := h.cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{}); n.Spec.Unschedulable != before {
+			t.Errorf("cordoned before=%v: after a rollback unschedulable=%v", before, n.Spec.Unschedulable)
+		}
+		// finish: the last task of a repave that succeeds
+		r.cordonedBefore = before
+		finish := r.Phases("v2")[4]
+		uncordon := finish.Tasks[len(finish.Tasks)-1]
+		if uncordon.Name() != "uncordon-node" {
+			t.Fatalf("finish ends with %s", uncordon.Name())
+		}
+		if _, err := SetUnschedulable(t.Context(), r.client, "n1", true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := uncordon.Do(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := h.cs.CoreV1().Nodes().Get(t.Context(), "n1", metav1.GetOptions{}); n.Spec.Unschedulable != before {
+			t.Errorf("cordoned before=%v: after finish unschedulable=%v", before, n.Spec.Unschedulable)
+		}
+	}
+}
+
+// Issue 26 item 13b: every crash point of the repave, the rollback
+// phase's included, has a name of its own (phase-qualified): the
+// rollback's start-machine, wait-node-version and uncordon-node are not
+// the switch's or finish's.
+func TestRepaveRollbackCrashPointsAreDistinct(t *testing.T) {
+	r := NewRepave(RepaveOptions{Options: Options{Config: &config.Config{}}}, state.Applied{Machine: layout.MachineBlue})
+	seen := map[string]bool{}
+	for _, p := range append(r.Phases("v2"), r.RollbackPhase()) {
+		for _, s := range p.Steps() {
+			if seen[s] || !strings.HasPrefix(s, p.Name+".") {
+				t.Errorf("crash point %q of phase %s: not distinct or not qualified", s, p.Name)
+			}
+			seen[s] = true
+		}
+	}
+	if !seen["rollback.start-machine"] || !seen["switch.start-machine"] {
+		t.Errorf("crash points: %v", seen)
+	}
+}

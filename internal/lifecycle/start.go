@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/events"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/machine"
@@ -42,6 +43,10 @@ type Options struct {
 	// names another version or worker image than the active machine
 	// runs); zero is RepaveOptions' default.
 	DrainTimeout time.Duration
+	// Drain is kubectl drain's opt-ins for a repave's drain (start that
+	// repaves, node upgrade): without them the drain refuses DaemonSet
+	// pods, pods no controller manages and pods with emptyDir data.
+	Drain drain.Options
 	// KeepImageCache keeps the layer cache on reset.
 	KeepImageCache bool
 	// Now is the clock durations are measured with; nil means time.Now.
@@ -119,7 +124,8 @@ func NewStart(o Options) *Start {
 		Track:       tr.Add,
 		Log:         o.Log,
 	}
-	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain}
+	needs := ImageNeeds(c)
+	s.provisioner = &machine.Provisioner{PlainHTTP: c.Bootstrap.OCIImagePlainHTTP, Keychain: authn.DefaultKeychain, Needs: &needs}
 	s.image = NewWorkerImage(c.Bootstrap.OCIImage, s.stager, o.Layout)
 	s.events = events.ForMachine(c, o.Layout, s.machine.Root, c.Agent.NodeName, o.Log)
 	s.client = nodeClientFor(c, o.Layout, s.machine.Root)

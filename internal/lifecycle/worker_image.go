@@ -8,9 +8,11 @@ import (
 	"sync"
 
 	"github.com/Azure/aks-flex-node/internal/artifact"
+	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/hostos"
 	"github.com/Azure/aks-flex-node/internal/image"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/node"
 )
 
 // WorkerImage is where one start takes the worker image from, decided
@@ -108,4 +110,25 @@ func describeHost(distro string, gpu bool) string {
 		return distro + " with an NVIDIA GPU"
 	}
 	return distro + ", no GPU"
+}
+
+// ImageNeeds are the netfilter tools the node c describes will call in
+// its machine, which the worker image contract requires: iptables for the
+// portmap plugin the bridge CNI config chains (networking.mode bridge)
+// and for the agent's kube-proxy in iptables mode, nft for it in nftables
+// mode (networking.kubeProxyMode, else as the node package detects it).
+func ImageNeeds(c *config.Config) image.Needs {
+	n := image.Needs{IPTables: !c.Networking.ClusterCNI()}
+	if c.Networking.AgentKubeProxy() {
+		mode := c.Networking.KubeProxyMode
+		if mode == "" {
+			mode = node.DetectKubeProxyMode()
+		}
+		if mode == config.KubeProxyNFTables {
+			n.NFT = true
+		} else {
+			n.IPTables = true
+		}
+	}
+	return n
 }

@@ -95,7 +95,11 @@ func (p *Provisioner) inspect(ctx context.Context, l aflayout.Layout, img v1.Ima
 			return in, fmt.Errorf("layer %d (%s): %w", i, ld, err)
 		}
 	}
-	in.Findings = image.CheckContract(t)
+	needs := image.DefaultNeeds
+	if p.Needs != nil {
+		needs = *p.Needs
+	}
+	in.Findings = image.CheckContractFor(t, needs)
 	return in, nil
 }
 

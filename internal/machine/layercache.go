@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/Azure/aks-flex-node/internal/artifact"
 	"github.com/Azure/aks-flex-node/internal/fsutil"
 	"github.com/Azure/aks-flex-node/internal/image"
 	aflayout "github.com/Azure/aks-flex-node/internal/layout"
@@ -28,16 +29,26 @@ import (
 //	                            kept as .wh. files, applied when a rootfs
 //	                            is made)
 //	<diff ID hex>/index.json    every entry of tree with its type, mode,
-//	                            owner, size and mtime; written last, so an
-//	                            entry without it is incomplete
+//	                            owner, size and mtime, and each regular
+//	                            file's stamp (artifact.FileStamp: device,
+//	                            inode, size, mtime, ctime); written last,
+//	                            so an entry without it is incomplete
 //
 // A layer is extracted into the cache while its uncompressed stream is
 // hashed, and the entry is renamed into place only when the hash is the
 // diff ID the digest-verified config names. A rootfs is then made from
 // the cache (materialize.go) without decompressing anything. The index is
 // also what preflight checks the image contract on when the layers are
-// cached, and what the shared (hard-linked) files are checked against
-// before they are linked again.
+// cached, and what every cached file is checked against before it is
+// linked or copied again (materialize.go).
+//
+// The stamp's ctime catches a file written in place even with its size
+// and mtime put back (ctime cannot be set from user space). Linking a
+// file, or removing a link to it, moves its ctime too: the machines'
+// rootfs made by hard links do that on every provision and removal. So
+// those two re-stamp the entries they linked or unlinked afterwards
+// (restamp), after first dropping any entry that no longer matches
+// (dropChanged), so that a change made before is not blessed by it.
 
 // MaxLayerCacheBytes bounds the unpacked size of the layers no machine
 // uses any more: past it the least recently used of them are removed.
@@ -60,6 +71,16 @@ type indexEntry struct {
 	Mtime int64  `json:"mt"` // nanoseconds
 	Link  string `json:"l,omitempty"`
 	Rdev  uint64 `json:"d,omitempty"`
+	// Stamp is a regular file's stat as it was last made or stamped by
+	// this package (its Path is empty); nil in an index from before
+	// stamps, which then counts as changed.
+	Stamp *artifact.FileStamp `json:"st,omitempty"`
+}
+
+// unchanged says a cached regular file whose stamp is now cur and whose
+// permission bits are mode is what x recorded.
+func (x *indexEntry) unchanged(cur artifact.FileStamp, mode uint32) bool {
+	return x.Type == tar.TypeReg && x.Stamp != nil && cur == *x.Stamp && mode == x.Mode
 }
 
 // cacheEntry is one complete cached layer.
@@ -182,6 +203,9 @@ func indexTree(root string) ([]indexEntry, int64, error) {
 		case m.IsRegular():
 			e.Type, e.Size = tar.TypeReg, fi.Size()
 			size += fi.Size()
+			if st, ok := artifact.StampOf("", fi); ok {
+				e.Stamp = &st
+			}
 		case m&fs.ModeSymlink != 0:
 			e.Type = tar.TypeSymlink
 			if e.Link, err = os.Readlink(p); err != nil {

@@ -61,11 +61,14 @@ func TestProvisionFromLayerCache(t *testing.T) {
 
 	// A shared file written in place is found before it is linked again:
 	// the entry is extracted again and the new machine gets the image's
-	// content, not the changed one.
+	// content, not the changed one. The machine is removed as reset and
+	// a repave remove one (Remove), which re-stamps the links it drops.
 	if err := os.WriteFile(filepath.Join(k1, "usr/bin/systemd"), []byte("changed!"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.RemoveAll(k2)
+	if _, err := Remove(at(root), "kube2"); err != nil {
+		t.Fatal(err)
+	}
 	res, err = p.Provision(ctx, at(root), "kube2", ref, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -211,5 +214,88 @@ func TestMaterializeReplacedDirs(t *testing.T) {
 		if readFile(t, filepath.Join(d, "opt/f")) != "now a file" {
 			t.Errorf("%s: opt/f is not the upper layer's file", name)
 		}
+	}
+}
+
+// Issue 26 item 13c: a cached file changed in place with its size and
+// mtime put back is caught (the index records each file's stamp as the
+// bundle's verification record does: device, inode, size, mtime, ctime)
+// before it is linked or copied again, in each mode; the link counts the
+// machines' own rootfs add and remove (a repave's swap, a machine's
+// removal) are not taken for a change.
+func TestLayerCacheCatchesAChangeWithSizeAndMtimeKept(t *testing.T) {
+	for _, mode := range []linkMode{modeHardlink, modeCopy} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			root := t.TempDir()
+			ref := writeLayout(t, root, "/srv/images/node", "v1", baseImage(t))
+			p := &Provisioner{linkMode: mode}
+			for _, m := range []string{"kube1", "kube2", "kube1"} { // two repaves: swaps of a rootfs
+				if _, err := p.Provision(ctx, at(root), m, ref, nil); err != nil {
+					t.Fatal(err)
+				}
+				os.Remove(recordPath(at(root), m)) // provision again next time
+			}
+			if _, err := Remove(at(root), "kube2"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.Provision(ctx, at(root), "kube2", ref, nil)
+			if err != nil || !strings.Contains(res.Detail, "(0 extracted") {
+				t.Fatalf("after repaves and a removal: %v %s", err, res.Detail)
+			}
+			// The cached file itself (in copy mode the machines hold copies).
+			cached := filepath.Join(at(root).OnRoot(at(root).LayerCacheDir()), "*", "tree", "usr/bin/systemd")
+			files, _ := filepath.Glob(cached)
+			if len(files) != 1 {
+				t.Fatalf("cached systemd: %v", files)
+			}
+			fi, err := os.Stat(files[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(files[0], os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("ELF"), 0); err != nil || f.Close() != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(files[0], fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			os.RemoveAll(Dir(at(root), "kube2"))
+			os.Remove(recordPath(at(root), "kube2"))
+			res, err = p.Provision(ctx, at(root), "kube2", ref, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readFile(t, filepath.Join(Dir(at(root), "kube2"), "usr/bin/systemd")); got != "elf" {
+				t.Errorf("kube2 usr/bin/systemd = %q after the cached file changed with its size and mtime kept (%s)", got, res.Detail)
+			}
+		})
+	}
+}
+
+// Issue 26 item 13c: a layer's own hard links (usr/bin/perl and
+// usr/bin/perl5.36.0 in Debian) are one cached inode; linking the first
+// moves its ctime, which does not make the second a change.
+func TestLayerCacheLinksALayersOwnHardLinks(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	img := imageOf(t, layerOf(t, file{name: "usr/"}, file{name: "usr/bin/"}, file{name: "usr/bin/perl5.36.0", body: "perl"},
+		file{name: "usr/bin/perl", hard: "usr/bin/perl5.36.0"}))
+	ref := writeLayout(t, root, "/srv/images/node", "v1", img)
+	p := &Provisioner{linkMode: modeHardlink}
+	for _, m := range []string{"kube1", "kube2"} {
+		res, err := p.Provision(ctx, at(root), m, ref, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		if m == "kube2" && !strings.Contains(res.Detail, "(0 extracted") {
+			t.Errorf("kube2 extracted again: %s", res.Detail)
+		}
+	}
+	if got := readFile(t, filepath.Join(Dir(at(root), "kube2"), "usr/bin/perl")); got != "perl" {
+		t.Errorf("usr/bin/perl = %q", got)
 	}
 }

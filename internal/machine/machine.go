@@ -108,13 +108,22 @@ func (p *Provisioner) Provision(ctx context.Context, l aflayout.Layout, name, im
 		return task.Result{}, err
 	}
 	cache := newLayerCache(l, log)
+	// The old rootfs's links to the cache go with it (moving the cached
+	// files' ctime): what changed before is dropped first, and what is
+	// left re-stamped after (layercache.go).
+	oldIDs := layerIDs(l, name)
+	if err := cache.dropChanged(oldIDs); err != nil {
+		return task.Result{}, err
+	}
 	var made string
-	for attempt := 0; ; attempt++ {
+	dropped := map[string]bool{}
+	for {
 		made, err = p.makeRootfs(ctx, cache, machines, name, target, img, digest)
 		var changed *errCacheChanged
-		if err == nil || !errors.As(err, &changed) || attempt > 0 {
+		if err == nil || !errors.As(err, &changed) || dropped[changed.entry.DiffID] {
 			break
 		}
+		dropped[changed.entry.DiffID] = true
 		// A shared file was written in place since it was cached: the
 		// entry is not the layer any more. Extract it again.
 		log.Warn("cached layer changed since it was extracted; extracting it again", "diffID", changed.entry.DiffID, "path", changed.path)
@@ -127,6 +136,9 @@ func (p *Provisioner) Provision(ctx context.Context, l aflayout.Layout, name, im
 	}
 	if _, err := fsutil.WriteFile(rec, []byte(digest.String()+"\n"), 0o644); err != nil {
 		return task.Result{}, fmt.Errorf("record image digest: %w", err)
+	}
+	if err := cache.restamp(append(oldIDs, layerIDs(l, name)...)); err != nil {
+		return task.Result{}, fmt.Errorf("layer cache: %w", err)
 	}
 	if err := cache.gc(l, MaxLayerCacheBytes); err != nil {
 		log.Warn("layer cache cleanup failed", "dir", cache.dir, "err", err)

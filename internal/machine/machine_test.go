@@ -26,7 +26,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-type file struct{ name, body, link string }
+// file is a tar entry: a dir (name ends in /), a symlink to link, a hard
+// link to hard, or a regular file holding body.
+type file struct{ name, body, link, hard string }
 
 func tarBytes(t *testing.T, files ...file) []byte {
 	t.Helper()
@@ -39,6 +41,8 @@ func tarBytes(t *testing.T, files ...file) []byte {
 			h.Typeflag, h.Mode = tar.TypeDir, 0o755
 		case f.link != "":
 			h.Typeflag, h.Linkname = tar.TypeSymlink, f.link
+		case f.hard != "":
+			h.Typeflag, h.Linkname = tar.TypeLink, f.hard
 		default:
 			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.body))
 		}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/Azure/aks-flex-node/internal/artifact"
 )
 
 // A machine rootfs is made from cached layers (layercache.go) without
@@ -36,8 +38,9 @@ import (
 // system.
 //
 // A shared file written in place would change the cache under every
-// machine made from it: before a file is linked again, its size and mtime
-// are checked against the index, and a cache entry that changed is thrown
+// machine made from it: before a file is linked or copied again, its
+// stamp (device, inode, size, mtime, ctime: layercache.go) and mode are
+// checked against the index, and a cache entry that changed is thrown
 // away and extracted again.
 
 // linkMode is how a rootfs is made from the cache.
@@ -75,6 +78,29 @@ type materializer struct {
 	linked, copied, other int
 	// dirs whose metadata is set last, deepest first
 	dirs []dirTimes
+	// linkedNow are the cached inodes this run linked (device, inode): a
+	// layer's own hard links (usr/bin/perl and perl5.36.0) are one inode,
+	// whose ctime the first link moved after its check passed.
+	linkedNow map[[2]uint64]bool
+}
+
+// cacheChanged says the cached file x, whose stamp is now cur and whose
+// permission bits are mode, is not what the index recorded; for an inode
+// this run linked already, its ctime is not compared (the link moved it).
+func (m *materializer) cacheChanged(x *indexEntry, cur artifact.FileStamp, mode uint32) bool {
+	if m.linkedNow[[2]uint64{cur.Dev, cur.Ino}] && x.Stamp != nil {
+		cur.Ctime = x.Stamp.Ctime
+	}
+	return !x.unchanged(cur, mode)
+}
+
+// linkedOne counts a hard link of the cached inode cur.
+func (m *materializer) linkedOne(cur artifact.FileStamp) {
+	if m.linkedNow == nil {
+		m.linkedNow = map[[2]uint64]bool{}
+	}
+	m.linkedNow[[2]uint64{cur.Dev, cur.Ino}] = true
+	m.linked++
 }
 
 type dirTimes struct {
@@ -259,6 +285,14 @@ func (m *materializer) entry(e *cacheEntry, cacheRel string, x *indexEntry) erro
 // or a copy; the mode falls back (reflink -> hardlink -> copy) the first
 // time the file system says it cannot.
 func (m *materializer) file(e *cacheEntry, src, dst string, x *indexEntry) error {
+	fi, err := m.root.Lstat(src)
+	if err != nil {
+		return err
+	}
+	cur, ok := artifact.StampOf("", fi)
+	if !ok || !fi.Mode().IsRegular() || m.cacheChanged(x, cur, modeBits(fi.Mode())) {
+		return &errCacheChanged{entry: e, path: x.Path}
+	}
 	if m.mode == modeReflink {
 		err := m.copyFile(src, dst, x, true)
 		if err == nil || !unsupported(err) {
@@ -268,16 +302,9 @@ func (m *materializer) file(e *cacheEntry, src, dst string, x *indexEntry) error
 		m.mode = modeHardlink
 	}
 	if m.mode == modeHardlink && strings.HasPrefix(x.Path, "usr/") {
-		fi, err := m.root.Lstat(src)
-		if err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() || fi.Size() != x.Size || fi.ModTime().UnixNano() != x.Mtime || uint32(modeBits(fi.Mode())) != x.Mode {
-			return &errCacheChanged{entry: e, path: x.Path}
-		}
 		err = m.root.Link(src, dst)
 		if err == nil {
-			m.linked++
+			m.linkedOne(cur)
 			return nil
 		}
 		if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EMLINK) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/Azure/aks-flex-node/internal/artifact"
 )
 
 // Making a rootfs through os.Root resolves every path component by
@@ -125,6 +127,14 @@ func (m *materializer) entryAt(e *cacheEntry, dfd, sfd int, dst string, x *index
 
 // fileAt is file through open directories.
 func (m *materializer) fileAt(e *cacheEntry, sfd, dfd int, name string, x *indexEntry) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	cur := artifact.FileStamp{Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino, Dev: uint64(st.Dev)} //nolint:unconvert // Dev is uint32 on some arches
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || m.cacheChanged(x, cur, st.Mode&0o7777) {
+		return &errCacheChanged{entry: e, path: x.Path}
+	}
 	if m.mode == modeReflink {
 		err := m.copyFileAt(sfd, dfd, name, x, true)
 		if err == nil || !unsupported(err) {
@@ -134,16 +144,9 @@ func (m *materializer) fileAt(e *cacheEntry, sfd, dfd int, name string, x *index
 		m.mode = modeHardlink
 	}
 	if m.mode == modeHardlink && strings.HasPrefix(x.Path, "usr/") {
-		var st unix.Stat_t
-		if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != x.Size || st.Mtim.Nano() != x.Mtime || st.Mode&0o7777 != x.Mode {
-			return &errCacheChanged{entry: e, path: x.Path}
-		}
 		err := unix.Linkat(sfd, name, dfd, name, 0)
 		if err == nil {
-			m.linked++
+			m.linkedOne(cur)
 			return nil
 		}
 		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EMLINK) {

@@ -188,10 +188,18 @@ func Remove(l aflayout.Layout, name string) (changed bool, err error) {
 	}
 	dir := Dir(l, name)
 	if _, err := os.Lstat(dir); err == nil {
+		// Its hard links to the layer cache go with it: see Provision.
+		cache, ids := newLayerCache(l, nil), layerIDs(l, name)
+		if err := cache.dropChanged(ids); err != nil {
+			return false, err
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return false, fmt.Errorf("remove %s: %w", dir, err)
 		}
 		changed = true
+		if err := cache.restamp(ids); err != nil {
+			return changed, fmt.Errorf("layer cache: %w", err)
+		}
 	}
 	dropIn := l.OnRoot(l.MachineDropIn(name))
 	for _, p := range []string{l.OnRoot(l.NspawnFile(name)), dropIn, recordPath(l, name), layersRecord(l, name)} {

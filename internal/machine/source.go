@@ -12,6 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/Azure/aks-flex-node/internal/image"
 	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
@@ -43,6 +44,10 @@ type Provisioner struct {
 	// Platform selects from a multi-platform index; zero means
 	// linux/runtime.GOARCH.
 	Platform v1.Platform
+	// Needs are the netfilter tools the node will call in the machine,
+	// which the image contract then requires (image.Needs); nil is the
+	// default config's (image.DefaultNeeds).
+	Needs *image.Needs
 	// linkMode is the first way of making a rootfs from the layer cache
 	// that is tried (materialize.go); zero is reflink. Benchmarks and
 	// tests set it.

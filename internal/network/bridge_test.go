@@ -18,6 +18,11 @@ type fakeNet struct {
 	chains []fakeChain
 	rules  []fakeRule
 	calls  []string
+	// policies are base chains' policies ("family table chain"), accept
+	// when not named.
+	policies map[string]string
+	// comments are rules' comments, by handle.
+	comments map[int]string
 }
 
 type fakeChain struct{ family, table, name, hook string }
@@ -60,7 +65,11 @@ func (f *fakeNet) ruleset() []byte {
 	for _, c := range f.chains {
 		ch := map[string]any{"family": c.family, "table": c.table, "name": c.name, "handle": 2}
 		if c.hook != "" {
-			ch["hook"], ch["type"], ch["prio"], ch["policy"] = c.hook, "nat", 100, "accept"
+			policy := f.policies[c.family+" "+c.table+" "+c.name]
+			if policy == "" {
+				policy = "accept"
+			}
+			ch["hook"], ch["type"], ch["prio"], ch["policy"] = c.hook, "nat", 100, policy
 		}
 		objs = append(objs, map[string]any{"chain": ch})
 	}
@@ -71,7 +80,11 @@ func (f *fakeNet) ruleset() []byte {
 		} else {
 			expr = append(expr, map[string]any{"accept": nil})
 		}
-		objs = append(objs, map[string]any{"rule": map[string]any{"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle, "expr": expr}})
+		rule := map[string]any{"family": r.family, "table": r.table, "chain": r.chain, "handle": r.handle, "expr": expr}
+		if c := f.comments[r.handle]; c != "" {
+			rule["comment"] = c
+		}
+		objs = append(objs, map[string]any{"rule": rule})
 	}
 	b, _ := json.Marshal(map[string]any{"nftables": objs})
 	return b
@@ -145,7 +158,7 @@ func joinedHost() *fakeNet {
 
 func TestCleanerRemovesTheNodesNetworkOnly(t *testing.T) {
 	f := joinedHost()
-	c := Cleaner{Routes: Routes{Run: f.run}, HasNft: func() bool { return true }}
+	c := Cleaner{Routes: Routes{Run: f.run}, HasNft: func() bool { return true }, HasCmd: noCmd}
 	ctx := context.Background()
 	changed, err := c.RemoveBridge(ctx)
 	if err != nil || !changed {
@@ -159,7 +172,7 @@ func TestCleanerRemovesTheNodesNetworkOnly(t *testing.T) {
 		t.Fatalf("links left: %v", names)
 	}
 	// nat existed before start (a rule of the host's own is in it); mangle did not.
-	changed, err = c.RemoveNetfilter(ctx, []string{"inet site", "ip nat"}, true)
+	changed, err = c.RemoveNetfilter(ctx, Before{Tables: []string{"inet site", "ip nat"}}, true)
 	if err != nil || !changed {
 		t.Fatalf("netfilter: %v %v\n%s", changed, err, strings.Join(f.calls, "\n"))
 	}
@@ -176,7 +189,7 @@ func TestCleanerRemovesTheNodesNetworkOnly(t *testing.T) {
 	if changed, err := c.RemoveBridge(ctx); err != nil || changed {
 		t.Errorf("bridge again: %v %v", changed, err)
 	}
-	if changed, err := c.RemoveNetfilter(ctx, []string{"inet site", "ip nat"}, true); err != nil || changed {
+	if changed, err := c.RemoveNetfilter(ctx, Before{Tables: []string{"inet site", "ip nat"}}, true); err != nil || changed {
 		t.Errorf("netfilter again: %v %v", changed, err)
 	}
 }
@@ -185,8 +198,8 @@ func TestCleanerRemovesTheNodesNetworkOnly(t *testing.T) {
 // and the plugins' own tables go.
 func TestCleanerWithoutARecordKeepsTables(t *testing.T) {
 	f := joinedHost()
-	c := Cleaner{Routes: Routes{Run: f.run}, HasNft: func() bool { return true }}
-	if _, err := c.RemoveNetfilter(context.Background(), nil, false); err != nil {
+	c := Cleaner{Routes: Routes{Run: f.run}, HasNft: func() bool { return true }, HasCmd: noCmd}
+	if _, err := c.RemoveNetfilter(context.Background(), Before{}, false); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(f.tables, ",") != "inet site,ip nat,ip mangle" {
@@ -197,8 +210,11 @@ func TestCleanerWithoutARecordKeepsTables(t *testing.T) {
 		t.Errorf("Tables: %v %v", tables, err)
 	}
 	// Without nft there is nothing to read or remove.
-	none := Cleaner{Routes: Routes{Run: f.run}, HasNft: func() bool { return false }}
+	none := Cleaner{Routes: Routes{Run: f.run}, HasNft: func() bool { return false }, HasCmd: noCmd}
 	if tables, err := none.Tables(context.Background()); err != nil || len(tables) != 0 {
 		t.Errorf("no nft: %v %v", tables, err)
 	}
 }
+
+// noCmd: the host has no iptables-legacy tools.
+func noCmd(string) bool { return false }

@@ -70,6 +70,12 @@ func (r *Runner) now() time.Time {
 // start, reset and agent-upgrade after every task the code has, by name,
 // without a task having to remember to offer the point.
 func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
+	return r.run(ctx, "", t)
+}
+
+// run is Run for a task of phase ("" for none): it also offers the
+// phase-qualified failpoint Step(phase, name) before the plain one.
+func (r *Runner) run(ctx context.Context, phase string, t Task) (Result, error) {
 	if r.Starting != nil {
 		r.Starting(t.Name())
 	}
@@ -96,17 +102,30 @@ func (r *Runner) Run(ctx context.Context, t Task) (Result, error) {
 		return res, fmt.Errorf("%s: %w", t.Name(), err)
 	}
 	r.Log.Info("task", attrs...)
+	if phase != "" {
+		failpoint.Hit(Step(phase, t.Name()))
+	}
 	failpoint.Hit(t.Name())
 	return res, nil
 }
 
+// Step is the phase-qualified failpoint name of a task of phase,
+// "<phase>.<task>": a task that runs in two phases (the repave's
+// start-machine in switch and in rollback) is a distinct crash point in
+// each, where its plain name is only its first run's.
+func Step(phase, task string) string { return phase + "." + task }
+
 // Serial runs tasks in order and stops at the first failure.
 func (r *Runner) Serial(ctx context.Context, tasks ...Task) (changed bool, err error) {
+	return r.serial(ctx, "", tasks...)
+}
+
+func (r *Runner) serial(ctx context.Context, phase string, tasks ...Task) (changed bool, err error) {
 	for _, t := range tasks {
 		if err := ctx.Err(); err != nil {
 			return changed, err
 		}
-		res, err := r.Run(ctx, t)
+		res, err := r.run(ctx, phase, t)
 		changed = changed || res.Changed
 		if err != nil {
 			return changed, err
@@ -132,6 +151,16 @@ func (p Phase) Names() []string {
 	return out
 }
 
+// Steps are the phase-qualified failpoint names of the phase's tasks,
+// in order (Step).
+func (p Phase) Steps() []string {
+	out := make([]string, len(p.Tasks))
+	for i, t := range p.Tasks {
+		out[i] = Step(p.Name, t.Name())
+	}
+	return out
+}
+
 // Phases runs phases in order, each task as Serial does, and logs one
 // line per phase after its tasks' lines; it stops at the first failure.
 // A failure is wrapped with the task's name only, so an error reads the
@@ -142,7 +171,7 @@ func (r *Runner) Phases(ctx context.Context, phases ...Phase) (changed bool, err
 			r.Observer.PhaseStarted(p.Name)
 		}
 		start := r.now()
-		c, err := r.Serial(ctx, p.Tasks...)
+		c, err := r.serial(ctx, p.Name, p.Tasks...)
 		changed = changed || c
 		LogPhase(r.Log, p.Name, c, r.now().Sub(start), err)
 		if err != nil {

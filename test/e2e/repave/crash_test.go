@@ -29,22 +29,33 @@ const (
 	powerCut = "power cut"
 )
 
+// saveState is the switch's commit point, by its failpoint name.
+const saveState = "finish.save-state"
+
 // repaveSteps are the crash points: every task of the repave's phases, in
-// order, read from the code, so a task added to the repave is crashed at
-// without anyone editing this test.
+// order, by phase-qualified failpoint name (task.Step), read from the
+// code, so a task added to the repave is crashed at without anyone
+// editing this test.
 func repaveSteps() []string {
-	r := lifecycle.NewRepave(lifecycle.RepaveOptions{Options: lifecycle.Options{Config: &config.Config{}}}, state.Applied{Machine: "kube1"})
 	var out []string
-	for _, p := range r.Phases("v2") {
-		out = append(out, p.Names()...)
+	for _, p := range newRepave().Phases("v2") {
+		out = append(out, p.Steps()...)
 	}
 	return out
+}
+
+// rollbackSteps are the rollback phase's crash points: its tasks run in
+// switch or finish too, so only their phase-qualified names reach them.
+func rollbackSteps() []string { return newRepave().RollbackPhase().Steps() }
+
+func newRepave() *lifecycle.Repave {
+	return lifecycle.NewRepave(lifecycle.RepaveOptions{Options: lifecycle.Options{Config: &config.Config{}}}, state.Applied{Machine: "kube1"})
 }
 
 // committed says whether a crash after step leaves the switch committed:
 // save-state wrote the applied state naming the new side.
 func committed(steps []string, step string) bool {
-	return slices.Index(steps, step) >= slices.Index(steps, "save-state")
+	return slices.Index(steps, step) >= slices.Index(steps, saveState)
 }
 
 // crashMatrix: kill -9 and a power cut after every repave task, as two
@@ -56,7 +67,7 @@ func committed(steps []string, step string) bool {
 // task. A last repave then runs through.
 func (e *env) crashMatrix(t *testing.T) {
 	steps := repaveSteps()
-	if len(steps) < 10 || !slices.Contains(steps, "save-state") || !slices.Contains(steps, "stop-active-machine") {
+	if len(steps) < 10 || !slices.Contains(steps, saveState) || !slices.Contains(steps, "switch.stop-active-machine") {
 		t.Fatalf("the repave's task list looks wrong: %q", steps)
 	}
 	uid := e.node(t).UID
@@ -73,8 +84,8 @@ func (e *env) crashMatrix(t *testing.T) {
 				want = otherSide(from)
 			}
 			at := time.Now()
-			e.crashAt(t, kind, step)
-			e.checkRecovered(t, kind+" at "+step, want, uid, at)
+			e.crashAt(t, kind, step, version, "--drain-timeout", "1m", "--ready-timeout", "1m")
+			e.checkRecovered(t, kind+" at "+step, want, uid, at, version)
 			t.Logf("repave, %s at %s: back on %s in %v", kind, step, want, time.Since(at).Round(10*time.Millisecond))
 		}
 		t.Logf("BENCH repave crash chain %s, %d points: %v", kind, len(steps), time.Since(chain).Round(100*time.Millisecond))
@@ -83,8 +94,37 @@ func (e *env) crashMatrix(t *testing.T) {
 	if err != nil || r.Result != "succeeded" {
 		t.Fatalf("a repave after the crash matrix: %v, record %+v", err, r)
 	}
-	e.checkRecovered(t, "the repave after the crash matrix", r.ToMachine, uid, time.Time{})
+	e.checkRecovered(t, "the repave after the crash matrix", r.ToMachine, uid, time.Time{}, version)
 	t.Logf("BENCH repave crash matrix: %d points in %v", 2*len(steps), time.Since(began).Round(100*time.Millisecond))
+}
+
+// rollbackCrashMatrix: kill -9 and a power cut after every task of the
+// rollback phase. Each run is a repave to the bundle whose kubelet exits
+// at start: its switch fails once the ready timeout passes, the rollback
+// begins and is crashed at the point; the old side must end Ready as
+// crashMatrix checks, at the version it ran before. One run a point: the
+// repave's own phases before it are what crashMatrix covers.
+func (e *env) rollbackCrashMatrix(t *testing.T) {
+	steps := rollbackSteps()
+	if len(steps) < 4 || steps[0] != "rollback.stop-new-machine" || slices.Contains(repaveSteps(), steps[1]) {
+		t.Fatalf("the rollback phase's crash points look wrong: %q", steps)
+	}
+	n := e.node(t)
+	uid, kubelet := n.UID, strings.TrimPrefix(n.Status.NodeInfo.KubeletVersion, "v")
+	began := time.Now()
+	for _, kind := range []string{kill9, powerCut} {
+		for _, step := range steps {
+			if t.Failed() {
+				return
+			}
+			from := e.status(t).Active
+			at := time.Now()
+			e.crashAt(t, kind, step, failing, "--drain-timeout", "1m", "--ready-timeout", "30s")
+			e.checkRecovered(t, kind+" at "+step, from, uid, at, kubelet)
+			t.Logf("repave rolling back, %s at %s: back on %s in %v", kind, step, from, time.Since(at).Round(10*time.Millisecond))
+		}
+	}
+	t.Logf("BENCH repave rollback crash matrix: %d points in %v", 2*len(steps), time.Since(began).Round(100*time.Millisecond))
 }
 
 func otherSide(m string) string {
@@ -94,15 +134,15 @@ func otherSide(m string) string {
 	return "kube1"
 }
 
-// crashAt runs `node upgrade` with the failpoints agent, crashed at step
-// by kind: killed there, or hanging there while the host loses power (and
-// boots again).
-func (e *env) crashAt(t *testing.T, kind, step string) {
+// crashAt runs `node upgrade` to version (with flags) with the failpoints
+// agent, crashed at step by kind: killed there, or hanging there while
+// the host loses power (and boots again).
+func (e *env) crashAt(t *testing.T, kind, step, version string, flags ...string) {
 	t.Helper()
 	dir := "/var/tmp/failpoints-repave-" + strings.ReplaceAll(kind, " ", "")
 	action := map[string]string{kill9: "kill", powerCut: "hang"}[kind]
-	args := []string{"env", failpoint.EnvPoints + "=" + step + ":" + action, failpoint.EnvDir + "=" + dir,
-		fpAgent, "node", "upgrade", "--kubernetes-version", version, "--drain-timeout", "1m", "--ready-timeout", "1m"}
+	args := append([]string{"env", failpoint.EnvPoints + "=" + step + ":" + action, failpoint.EnvDir + "=" + dir,
+		fpAgent, "node", "upgrade", "--kubernetes-version", version}, flags...)
 	if kind == kill9 {
 		out, stderr, err := e.h.Run(e.ctx, args...)
 		if err == nil || !strings.Contains(stderr, "failpoint "+step+": kill") {
@@ -151,9 +191,9 @@ func (e *env) waitFile(p string, done <-chan struct{}, max time.Duration) bool {
 // no repave in flight and the last one closed (as interrupted, for a
 // crash at since), exactly the machine want running, which status names
 // active, the Node (same UID) Ready with a kubelet that renewed its Lease
-// after since, at the version, not cordoned. Every look at the machines
-// on the way must see at most one running.
-func (e *env) checkRecovered(t *testing.T, label, want string, uid any, since time.Time) {
+// after since, at kubelet's version, not cordoned. Every look at the
+// machines on the way must see at most one running.
+func (e *env) checkRecovered(t *testing.T, label, want string, uid any, since time.Time, kubelet string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	last := ""
@@ -162,7 +202,7 @@ func (e *env) checkRecovered(t *testing.T, label, want string, uid any, since ti
 		if len(running) > 1 {
 			t.Fatalf("%s: machines %q running at once", label, running)
 		}
-		problem := e.recoveredProblem(t, want, uid, since, running)
+		problem := e.recoveredProblem(t, want, uid, since, running, kubelet)
 		if problem == "" {
 			return
 		}
@@ -181,7 +221,7 @@ func (e *env) checkRecovered(t *testing.T, label, want string, uid any, since ti
 
 // recoveredProblem is what is not yet as checkRecovered wants ("" once
 // everything is).
-func (e *env) recoveredProblem(t *testing.T, want string, uid any, since time.Time, running []string) string {
+func (e *env) recoveredProblem(t *testing.T, want string, uid any, since time.Time, running []string, kubelet string) string {
 	s, err := e.statusOf()
 	switch {
 	case err != nil:
@@ -211,7 +251,7 @@ func (e *env) recoveredProblem(t *testing.T, want string, uid any, since time.Ti
 		return "Node not Ready"
 	case n.Spec.Unschedulable:
 		return "Node cordoned"
-	case n.Status.NodeInfo.KubeletVersion != "v"+version:
+	case n.Status.NodeInfo.KubeletVersion != "v"+kubelet:
 		return "kubelet " + n.Status.NodeInfo.KubeletVersion
 	}
 	l, err := e.cp.Client.CoordinationV1().Leases("kube-node-lease").Get(e.ctx, nodeName, metav1.GetOptions{})

@@ -140,6 +140,7 @@ func TestRepave(t *testing.T) {
 	// The matrix runs 33 repaves: without pods to evict each is shorter,
 	// and what it checks is which machine runs, not the pods.
 	w.remove(t)
+	t.Run("crash-matrix-rollback", e.rollbackCrashMatrix)
 	t.Run("crash-matrix", e.crashMatrix)
 }
 
