@@ -2,9 +2,9 @@ package refdocs
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"maps"
 	"slices"
 )
 
