@@ -90,7 +90,7 @@ func TestStartRefusesBadWorkerImage(t *testing.T) {
 	for _, tc := range []struct{ name, image, want string }{
 		{"unreachable registry", "127.0.0.1:1/aks/worker:good", "does not resolve"},
 		{"wrong arch", at + "arm", "is for linux/" + otherArch() + "; this host runs linux/" + runtime.GOARCH},
-		{"contract miss", at + "noipt", "does not meet the worker image contract: iptables: none of iptables, nft"},
+		{"contract miss", at + "noipt", "does not meet the worker image contract: iptables: none of iptables in"},
 	} {
 		must(t, h.WriteFile("/etc/aks-flex-node/config.json", withBootstrap(t, testConfig(t, aclPrefix), map[string]any{"ociImage": tc.image}), 0o600))
 		stdout, stderr, err := h.Run(context.Background(), aclPrefix+"/bin/aks-flex-node", "start", "--config", "/etc/aks-flex-node/config.json",
