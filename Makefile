@@ -22,9 +22,9 @@ deps:
 
 # The test command: unit tests, the real-systemd and the real-cluster tests,
 # warm within 15 minutes on a 2-core machine. The end-to-end packages are
-# scheduled longest first (warm CI figures: tokenrefresh about 400 s, join
-# 504-538 s, repave 464-477 s, fleet 164 s, ignition 94-101 s, day2 73-91 s,
-# the others under a minute; the root module's integration 188 s):
+# scheduled longest first (warm CI figures, 2026-12-06: repave 635 s, join
+# 505 s, tokenrefresh 426 s, day2 251 s, fleet 140 s, ignition 63 s,
+# the others under a minute; the root module's integration 129 s):
 # - E2E_EARLY start at once, in the background, side by side: tokenrefresh
 #   watches a node for 6 minutes, mostly waiting, and join and repave each
 #   take longer than everything else that runs meanwhile;
