@@ -30,7 +30,7 @@ func checkAPIServer(e *Env) preflight.Check {
 		case p.ssrCode/100 != 2:
 			return preflight.Error("the server refused a SelfSubjectReview; check the API server's health and its authentication webhook",
 				"%s answered %d to a SelfSubjectReview", p.server, p.ssrCode)
-		case p.user != want && !p.exec:
+		case p.user != want:
 			return preflight.Error("the kubelet's certificate is not this node's: aks-flex-node reset, then aks-flex-node start",
 				"%s says the node's credential is %q (groups %s), not %s", p.server, p.user, strings.Join(p.groups, ","), want)
 		}

@@ -20,10 +20,7 @@ const rotationDue = 0.9
 // checkClientCert: the kubelet's client certificate is valid now, is this
 // node's, and is rotated before it expires.
 func checkClientCert(e *Env) preflight.Check {
-	return preflight.NewCheck(NameClientCert, node.KubeletClientCert, func(ctx context.Context) preflight.Result {
-		if e.apiServer(ctx).exec {
-			return preflight.OK("the kubelet signs in with a token from its credential plugin (an Azure identity): no client certificate to check")
-		}
+	return preflight.NewCheck(NameClientCert, node.KubeletClientCert, func(context.Context) preflight.Result {
 		data, err := fsutil.ReadFileIn(e.machineRoot(), node.KubeletClientCert, 1<<20)
 		if err != nil {
 			return preflight.Error("the kubelet has no client certificate: its TLS bootstrap did not finish or the file was removed; aks-flex-node reset, then aks-flex-node start with a valid bootstrap token",

@@ -24,9 +24,6 @@ type apiProbe struct {
 	server string
 	// credErr: the node's credential could not be loaded from the machine.
 	credErr error
-	// exec: the credential is an exec plugin (an Azure identity), not a
-	// client certificate.
-	exec bool
 
 	ssrCode int
 	ssrErr  error
@@ -62,7 +59,7 @@ func (e *Env) probeAPI(ctx context.Context) apiProbe {
 	}
 	// A node that joined with an Azure identity has a client certificate
 	// too (it TLS-bootstraps with the identity), and must be its Node.
-	p.server, p.exec = cfg.Host, cfg.ExecProvider != nil
+	p.server = cfg.Host
 	// debug's own bound per probe (Env.ProbeTimeout), not a named
 	// policy: the command's overall budget is split between its probes.
 	hc, err := kubeclient.HTTPClient(cfg, kubeclient.Policy{Timeout: e.probeTimeout()})
