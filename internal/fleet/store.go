@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
@@ -52,9 +53,9 @@ func restClient(c *rest.Config, hc *http.Client, gv schema.GroupVersion) (*rest.
 	cfg.GroupVersion = &gv
 	cfg.APIPath = "/apis"
 	cfg.NegotiatedSerializer = cf.WithoutConversion()
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
+	// The product's user agent on every request, as kubeclient sends it:
+	// API priority and fairness and the audit log tell the agents by it.
+	cfg.UserAgent = buildinfo.UserAgent()
 	var rc *rest.RESTClient
 	var err error
 	if hc != nil {
