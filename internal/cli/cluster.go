@@ -32,14 +32,9 @@ var guidRE = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 })
 
-func newClusterPrepareCommand() *cobra.Command {
-	var bootstrap, fleet bool
-	var objectID, tokenFile, output string
-	var ttl time.Duration
-	cmd := &cobra.Command{
-		Use:   "prepare (--bootstrap-token [--token-file F] [--ttl D] | --identity OBJECT_ID | --fleet)... [--output -|FILE]",
-		Short: "Print the Kubernetes objects an admin applies (kubectl apply -f) before nodes join",
-		Long: `Print the objects a cluster needs before a node joins it, for an admin to
+// clusterPrepareLong is cluster prepare's help text, apart so
+// newClusterPrepareCommand stays a screen of wiring.
+const clusterPrepareLong = `Print the objects a cluster needs before a node joins it, for an admin to
 apply with kubectl; nothing is sent to the cluster from here.
 
 --bootstrap-token: a bootstrap token Secret (kube-system/bootstrap-token-<id>,
@@ -82,8 +77,17 @@ nothing but the token's expiry.
   aks-flex-node cluster prepare --bootstrap-token --token-file token --output prepare.yaml
   kubectl apply -f prepare.yaml
   aks-flex-node cluster prepare --identity 00000000-0000-0000-0000-000000000000 | kubectl apply -f -
-  aks-flex-node cluster prepare --fleet | kubectl apply -f -`,
-		Args: cobra.NoArgs,
+  aks-flex-node cluster prepare --fleet | kubectl apply -f -`
+
+func newClusterPrepareCommand() *cobra.Command {
+	var bootstrap, fleet bool
+	var objectID, tokenFile, output string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "prepare (--bootstrap-token [--token-file F] [--ttl D] | --identity OBJECT_ID | --fleet)... [--output -|FILE]",
+		Short: "Print the Kubernetes objects an admin applies (kubectl apply -f) before nodes join",
+		Long:  clusterPrepareLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var objs []any
 			var header string

@@ -13,12 +13,9 @@ import (
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
-func newStatusCommand() *cobra.Command {
-	var path, output, root string
-	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "Show the agent's version, upgrade slots and links, any upgrade in flight, the last upgrade or rollback, the agent's last repairs, the node's active machine and its last repave",
-		Long: `Show which slot 'current' and 'last-good' name and the version in each slot
+// statusLong is status's help text, apart so newStatusCommand stays a
+// screen of wiring.
+const statusLong = `Show which slot 'current' and 'last-good' name and the version in each slot
 (read by test-running it), the upgrade in flight if any (from, to,
 deadline), and the last upgrade or recovery record (result, reason,
 versions, time), and the agent's last repairs of the node (what it put
@@ -32,8 +29,15 @@ cluster, the cluster's CNI), and the node's AKS Machine: whether start
 registered it (or the agent, retrying one that failed), and the goal the
 agent follows (its last decision, the applied eTag and version, its last
 error). The layout comes from --config; an absent or unreadable
-config selects the default layout, and says so on stderr.`,
-		Args: cobra.NoArgs,
+config selects the default layout, and says so on stderr.`
+
+func newStatusCommand() *cobra.Command {
+	var path, output, root string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent's version, upgrade slots and links, any upgrade in flight, the last upgrade or rollback, the agent's last repairs, the node's active machine and its last repave",
+		Long:  statusLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
