@@ -41,6 +41,14 @@ func InstallService(ctx context.Context, l layout.Layout, m *systemd.Manager, lo
 	}
 	changed := seed.Changed
 	unitsChanged := false
+	// A write of these files killed mid-way (kill -9, a power cut) left its
+	// pending file beside them; no later write reuses the name. The caller
+	// holds the node lock, so none is another writer's.
+	for _, p := range []string{l.RecoveryScript(), l.Units().Recovery, l.RecoveryTimerUnit(), l.Units().Agent} {
+		if err := fsutil.RemovePending(l.OnRoot(p)); err != nil {
+			return changed, fmt.Errorf("install-service: %w", err)
+		}
+	}
 	for _, f := range []struct {
 		path, text string
 		mode       fs.FileMode

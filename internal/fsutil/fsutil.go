@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/renameio/v2"
 )
@@ -107,4 +108,33 @@ func FileSHA256(path string) (string, int64, error) {
 		return "", 0, fmt.Errorf("hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// RemovePending removes what a killed WriteFile of path left beside it:
+// renameio's pending files, "."+base+digits, regular files only. A write
+// cut short by kill -9 or a power cut leaves one, and no later write of
+// the same file reuses its name. The caller must be the only writer of
+// path (hold the node lock): another writer's pending file would go too.
+// A missing directory has none.
+func RemovePending(path string) error {
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove pending writes of %s: %w", path, err)
+	}
+	prefix := "." + base
+	for _, e := range entries {
+		n := e.Name()
+		digits, ok := strings.CutPrefix(n, prefix)
+		if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove pending write %s: %w", filepath.Join(dir, n), err)
+		}
+	}
+	return nil
 }

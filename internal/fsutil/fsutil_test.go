@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -106,5 +107,40 @@ func TestWriteFileModeWinsOverExisting(t *testing.T) {
 				t.Errorf("re-run: changed %v, %v; want a converged no-op", changed, err)
 			}
 		})
+	}
+}
+
+// A write killed between renameio's temp file and its rename leaves
+// ".<name><digits>"; RemovePending removes those of its file only.
+func TestRemovePendingRemovesOnlyThatFilesPendingWrites(t *testing.T) {
+	dir := t.TempDir()
+	unit := filepath.Join(dir, "aks-flex-node-recovery.service")
+	keep := []string{"aks-flex-node-recovery.service", ".aks-flex-node-recovery.service.tmp-x", ".aks-flex-node-recovery.serviceX1", ".other.service42", ".aks-flex-node-recovery.timer7"}
+	gone := []string{".aks-flex-node-recovery.service4290705774066816956", ".aks-flex-node-recovery.service1"}
+	for _, n := range append(append([]string{}, keep...), gone...) {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A directory of that name is not a pending write.
+	if err := os.Mkdir(filepath.Join(dir, ".aks-flex-node-recovery.service77"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep = append(keep, ".aks-flex-node-recovery.service77")
+	if err := RemovePending(unit); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range keep {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s removed: %v", n, err)
+		}
+	}
+	for _, n := range gone {
+		if _, err := os.Lstat(filepath.Join(dir, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s kept: %v", n, err)
+		}
+	}
+	if err := RemovePending(filepath.Join(dir, "absent", "x")); err != nil {
+		t.Errorf("a missing dir: %v", err)
 	}
 }
