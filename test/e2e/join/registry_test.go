@@ -63,16 +63,7 @@ func startRegistry(t *testing.T, netns string) *siteRegistry {
 // directory.
 func publishBundle(t *testing.T, agent, fixtureBundle, workerLayout string, m fixtures.Manifest, reg *siteRegistry) string {
 	t.Helper()
-	work := t.TempDir()
-	spec, err := json.MarshalIndent(fixtures.BuildSpec(m), "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	specPath := filepath.Join(work, "bundle-spec.json")
-	if err := os.WriteFile(specPath, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(work, "bundle")
+	out := buildBundle(t, agent, fixtureBundle, workerLayout, m)
 	cli := func(args ...string) string {
 		t.Helper()
 		start := time.Now()
@@ -83,7 +74,6 @@ func publishBundle(t *testing.T, agent, fixtureBundle, workerLayout string, m fi
 		t.Logf("aks-flex-node %s (%v): %s", args[1], time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(b)))
 		return string(b)
 	}
-	cli("artifacts", "build", "--manifest", specPath, "--from-dir", fixtureBundle, "--worker-image", workerLayout, "--output-dir", out)
 	cli("artifacts", "push", "--dir", out, "oci://"+reg.Outer+"/"+bundleRepo+":k8s-"+m.Components.Kubernetes)
 
 	// A bundle with one byte of kubelet changed fails `artifacts verify`,
