@@ -233,6 +233,13 @@ func (l Layout) MachineRegistration() string { return stateDir + "/machine-regis
 // GoalRecord), for status, debug and the kubelet's rendering.
 func (l Layout) MachineGoal() string { return stateDir + "/machine-goal.json" }
 
+// RolloutRecord is the host path of what the agent's follow-rollout loop
+// did for the FlexNodeRollout that selects the node (internal/fleet's
+// Record): the release it moved the node to, which start keeps (the
+// cluster's goal wins for the fields a release sets), and the step in
+// flight, which a restarted agent resumes from.
+func (l Layout) RolloutRecord() string { return stateDir + "/rollout.json" }
+
 // IdentityDir holds what the kubelet's credential plugin reads inside the
 // machine (the identity resolved from the config, its secrets included)
 // and the token cache it shares with the host; start binds it into the
