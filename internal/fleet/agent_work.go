@@ -59,11 +59,20 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 		return a.fail(ctx, wctx, r, sl, stop, StepSoak, "Unhealthy", err)
 	}
 	stop()
-	if err := a.release(ctx, sl); err != nil {
-		return err
+	// Updated is on the Node before the slot is free: the next node's
+	// Updating can never show while this one still does, so a watch on
+	// the Nodes never sees more than maxUnavailable Updating. A release
+	// that fails leaves the slot to expire (it is not renewed).
+	if err := a.report(ctx, PhaseUpdated, "", "", "switched and soaked for "+soak.String()); err != nil {
+		a.log().Warn("rollout: report Updated", "error", err)
 	}
+	err := a.release(ctx, sl)
 	a.slot, a.rec.Slot = nil, ""
-	return a.report(ctx, PhaseUpdated, "", "", "switched and soaked for "+soak.String())
+	a.metricsPhase(a.rec.Rollout, a.rec.Phase)
+	if serr := a.save(); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
 }
 
 // switchTo runs the Host's switch; a resumed switch (the agent stopped
