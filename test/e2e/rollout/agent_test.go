@@ -323,11 +323,12 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 	pw := watchRollout(t, ctx, rollout)
 	createRollout(t, rollout, 2, "1s")
 	rolledBack := &fleet.StepError{Step: fleet.StepSwitch, Reason: "RolledBack", Err: errors.New("rolled back: machine kube2 did not become Ready")}
-	// The bad node stages first, so it is among the first two.
-	bad := &stubHost{switchFor: 300 * time.Millisecond, switchErr: rolledBack}
+	// The bad node stages first, so it is among the first two, and it
+	// fails while the other one is still switching.
+	bad := &stubHost{switchFor: 2 * time.Second, switchErr: rolledBack}
 	startAgent(t, ctx, names[0], bad)
 	for _, n := range names[1:] {
-		startAgent(t, ctx, n, &stubHost{stage: 800 * time.Millisecond, switchFor: 2 * time.Second})
+		startAgent(t, ctx, n, &stubHost{stage: 300 * time.Millisecond, switchFor: 3 * time.Second})
 	}
 	pw.waitFor(t, 30*time.Second, names[0]+" Failed", func(m map[string]fleet.NodeRelease) bool { return m[names[0]].Phase == fleet.PhaseFailed })
 	failedAt := time.Now()
