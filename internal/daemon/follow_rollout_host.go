@@ -78,8 +78,12 @@ func (h *rolloutHost) Running(_ context.Context, rel v1alpha1.Release) (bool, er
 		return false, nil
 	}
 	if ref := rel.WorkerImage; ref != "" {
+		// The side records the reference it was provisioned from and the
+		// manifest its rootfs came from: for an index, the platform's
+		// manifest, not the digest the reference pins. Either matching
+		// is the same bytes (the reference is pinned by digest).
 		_, digest, _ := strings.Cut(ref, "@")
-		if digest != side.ImageDigest {
+		if ref != side.Image && digest != side.ImageDigest {
 			return false, nil
 		}
 	}
