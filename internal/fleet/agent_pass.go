@@ -100,7 +100,7 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 		}
 		return true, 0, a.update(ctx, r, sl, n, a.rec.Step)
 	case actRetry:
-		if held, err := a.stillFailed(ctx); err != nil || held {
+		if held, err := a.stillFailed(ctx, n); err != nil || held {
 			if held {
 				a.log().Info("rollout: resumed, but this node's failed slot is not cleared yet", "slot", a.rec.Slot)
 			}
@@ -210,8 +210,8 @@ func (a *Agent) slotsFor(r *v1alpha1.FlexNodeRollout, n *corev1.Node) *Slots {
 // stillFailed says whether the slot the Record names is still this
 // node's (a resume clears it before it sets resumed-at, so this is a
 // resume that has not finished).
-func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
-	if a.rec.Slot == "" || a.slots == nil {
+func (a *Agent) stillFailed(ctx context.Context, n *corev1.Node) (bool, error) {
+	if a.rec.Slot == "" {
 		return false, nil
 	}
 	list, err := a.conn().Slots.List(ctx)
@@ -223,7 +223,7 @@ func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
 			continue
 		}
 		h, _ := ParseHolder(holderOf(&l))
-		return h.Node == a.slots.Holder.Node && h.UID == a.slots.Holder.UID, nil
+		return h.Node == n.Name && h.UID == n.UID, nil
 	}
 	return false, nil
 }
