@@ -75,8 +75,16 @@ var goalKeys = map[string]func(*config.Config) string{
 }
 
 func goalSource(key, from string, file, goal *config.Config) GoalSource {
-	get := goalKeys[key]
-	return GoalSource{Key: key, From: from, Value: get(goal), File: get(file)}
+	return GoalSource{Key: key, From: from, Value: GoalValue(goal, key), File: GoalValue(file, key)}
+}
+
+// GoalValue is the value of key, one a cluster source may set, in c, as
+// start prints it; "" for another key.
+func GoalValue(c *config.Config, key string) string {
+	if get, ok := goalKeys[key]; ok {
+		return get(c)
+	}
+	return ""
 }
 
 // LoadGoal is file with the cluster's goal over it, from what the agent
