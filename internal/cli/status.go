@@ -34,8 +34,9 @@ since when, the reason and the slot it holds, the release a rollout moved
 it to, and each config key the cluster's goal sets over the config file (a
 rollout's release or the AKS Machine's goal, which start runs) with its
 source and the file's value; a record that cannot be read, or two goals
-start would refuse, are shown there with what to do. The layout comes from --config; an absent or unreadable
-config selects the default layout, and says so on stderr.`
+start would refuse, are shown there with what to do. The layout comes from
+--config; an absent or unreadable config selects the default layout, and
+says so on stderr.`
 
 func newStatusCommand() *cobra.Command {
 	var path, output, root string
