@@ -239,3 +239,32 @@ func TestStartKeepsTheAKSMachineGoal(t *testing.T) {
 		t.Errorf("start runs %s, the agent renders %s", s.opts.Config.Components.Kubernetes, got)
 	}
 }
+
+// A rollout record that cannot be read refuses the start under the node
+// lock, before preflight and before anything on the host changes.
+func TestStartRefusesAnUnreadableRolloutRecord(t *testing.T) {
+	l := goalLayout(t)
+	writeState(t, l, l.RolloutRecord(), `{"rollout":"r1","applied":`)
+	before, err := os.ReadDir(l.OnRoot(l.StateDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &config.Config{}
+	c.Agent.NodeName = "n1"
+	_, err = NewStart(Options{Layout: l, Config: c}).Run(t.Context(), Preflight{})
+	if err == nil || !strings.Contains(err.Error(), l.RolloutRecord()) || !strings.HasSuffix(err.Error(), "; nothing was changed") {
+		t.Fatalf("start with an unreadable rollout record: %v", err)
+	}
+	after, err := os.ReadDir(l.OnRoot(l.StateDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range after {
+		names = append(names, e.Name())
+	}
+	// The node lock's file is the one thing start makes before it reads.
+	if len(after) > len(before)+1 {
+		t.Errorf("start changed the state dir: %v", names)
+	}
+}
