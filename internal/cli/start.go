@@ -60,9 +60,10 @@ says 1.34.2)", and preflight checks that config. A node managed through ARM
 never takes part in a rollout: when both records apply, start refuses and
 names both files (remove azure.targetCluster.resourceId to keep the
 rollout's release, or rollout.json to follow the Machine). A record that
-cannot be read refuses the start too, naming the file and what to do. Both
-are read under the node lock, so a release the agent is switching to is
-seen.
+cannot be read, or a goal that would make the config invalid (cluster data
+is validated like the file), refuses the start too, naming the file or the
+key and its source, and what to do. Both records are read under the node
+lock, so a release the agent is switching to is seen.
 
 On a terminal, start shows each task as it runs, with its elapsed time and
 what a long wait (the TLS bootstrap, the Node turning Ready) waits for, each

@@ -124,7 +124,36 @@ func LoadGoal(l layout.Layout, file *config.Config) (Goal, error) {
 		}
 		g.Config = c
 	}
-	return g, nil
+	return g, g.validate(file)
+}
+
+// validate refuses a goal that makes the config invalid (decision 10:
+// cluster data is input to validate, never trusted configuration: a
+// version is interpolated into the bundle source's path, an image is
+// unpacked). Only the problems the goal brings count; the file's own
+// were config loading's to report.
+func (g Goal) validate(file *config.Config) error {
+	if len(g.Sources) == 0 {
+		return nil
+	}
+	had := map[string]bool{}
+	for _, e := range config.Validate(file) {
+		had[e.Error()] = true
+	}
+	var bad []string
+	for _, e := range config.Validate(g.Config) {
+		if !had[e.Error()] {
+			bad = append(bad, e.Error())
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	var from []string
+	for _, s := range g.Sources {
+		from = append(from, s.Key+" from "+s.From)
+	}
+	return fmt.Errorf("the cluster's goal (%s) makes the config invalid: %s; fix the rollout's release or the AKS Machine, whose record the agent then rewrites", strings.Join(from, ", "), strings.Join(bad, "; "))
 }
 
 // overlayMachine puts the AKS Machine's settings the agent applied over

@@ -268,3 +268,22 @@ func TestStartRefusesAnUnreadableRolloutRecord(t *testing.T) {
 		t.Errorf("start changed the state dir: %v", names)
 	}
 }
+
+// A release that would make the config invalid is refused, naming the
+// key and its source (cluster data is input to validate): a version is
+// interpolated into the bundle source's path.
+func TestGoalRefusesAnInvalidRelease(t *testing.T) {
+	l := goalLayout(t)
+	file := &config.Config{}
+	file.Components.Kubernetes = "1.34.2"
+	file.Bootstrap.OfflineArtifacts.Source = "/var/lib/aks-flex-node/bundles/k8s-{{ .KubernetesVersion }}"
+	writeRollout(t, l, v1alpha1.Release{KubernetesVersion: "v1.35.4/../../../etc"})
+	_, err := LoadGoal(l, file)
+	if err == nil || !strings.Contains(err.Error(), "components.kubernetes from rollout r1 generation 2") || !strings.Contains(err.Error(), `components.kubernetes: "1.35.4/../../../etc" is not a version`) {
+		t.Fatalf("a release with a path for a version: %v", err)
+	}
+	writeRollout(t, l, v1alpha1.Release{KubernetesVersion: "v1.35.4"})
+	if g, err := LoadGoal(l, file); err != nil || g.Config.Components.Kubernetes != "1.35.4" {
+		t.Fatalf("a valid release over a file with problems of its own: %v", err)
+	}
+}
