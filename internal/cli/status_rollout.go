@@ -87,6 +87,9 @@ func printRollout(w io.Writer, st rolloutStatus) {
 	if st.Error != "" {
 		fmt.Fprintf(w, "rollout:    %s\n", st.Error)
 	}
+	if len(st.Sources) > 0 {
+		fmt.Fprintln(w, "overlay:    the cluster's goal over the config file, as start runs it:")
+	}
 	for _, s := range st.Sources {
 		fmt.Fprintf(w, "  %s\n", s)
 	}

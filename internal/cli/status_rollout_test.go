@@ -42,7 +42,8 @@ func TestStatusShowsTheRollout(t *testing.T) {
 	out, _, code = run(t, "status", "--root", root)
 	for _, want := range []string{
 		"rollout:    rollout r1 generation 2: Updating at step soak since 2026-12-06T07:00:00Z (Soaking); holds slot r1-slot-0\n",
-		"release:    rollout r1 generation 2 applied at 2026-12-06T06:58:00Z\n",
+		"release:    rollout r1 generation 2 applied at 2026-12-06T06:58:00Z\n" +
+			"overlay:    the cluster's goal over the config file, as start runs it:\n",
 		"  components.kubernetes 1.35.4 from rollout r1 generation 2 (the config file says 1.35.0)\n",
 		"  bootstrap.ociImage " + img + " from rollout r1 generation 2 (the config file says (none))\n",
 	} {
