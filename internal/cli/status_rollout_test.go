@@ -74,3 +74,29 @@ func TestStatusShowsTheRollout(t *testing.T) {
 		t.Errorf("status with an unreadable record (exit %d):\n%s", code, out)
 	}
 }
+
+// On a node following its AKS Machine, the overlay lines name the
+// Machine's eTag as the source of the settings the agent applied.
+func TestStatusShowsTheAKSMachineGoalsSources(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"var/lib/aks-flex-node", "etc/aks-flex-node"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := os.ReadFile("../../examples/acl-aks-machine.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/aks-flex-node/config.json"), cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/aks-flex-node/machine-goal.json"), []byte(`{"applied":{"kubernetesVersion":"1.35.9","labels":{"team":"edge"}},"eTag":"e2","decision":"applied","at":"2026-12-06T04:06:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := run(t, "status", "--root", root)
+	if code != 0 || !strings.Contains(out, "rollout:    none selected this node\noverlay:    the cluster's goal over the config file, as start runs it:\n") ||
+		!strings.Contains(out, "  components.kubernetes 1.35.9 from AKS Machine eTag e2 (the config file says ") || !strings.Contains(out, "  node.labels team=edge from AKS Machine eTag e2") {
+		t.Errorf("status on a node following its AKS Machine (exit %d):\n%s", code, out)
+	}
+}
