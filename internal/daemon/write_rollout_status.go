@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,9 +32,13 @@ type RolloutStatusWriter struct {
 	// Config is the node's own credential (called at each election term:
 	// the kubelet's client certificate rotates and a repave switches the
 	// machine it is read from).
-	Config  func() (*rest.Config, error)
-	Log     *slog.Logger
-	Metrics *metrics.Registry
+	Config func() (*rest.Config, error)
+	// HTTPClient, when set, carries every request (the fleet simulator
+	// shares one among many candidates); nil: one made from Config's
+	// config at each term.
+	HTTPClient *http.Client
+	Log        *slog.Logger
+	Metrics    *metrics.Registry
 	// LeaseDuration and Election's periods: zero values are the fleet
 	// package's defaults (tests shorten them).
 	LeaseDuration time.Duration
@@ -55,9 +60,11 @@ func (w *RolloutStatusWriter) Term(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the node's credential: %w", err)
 	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return err
+	hc := w.HTTPClient
+	if hc == nil {
+		if hc, err = rest.HTTPClientFor(cfg); err != nil {
+			return err
+		}
 	}
 	ro, err := fleet.NewRollouts(cfg, hc)
 	if err != nil {
