@@ -153,12 +153,25 @@ func TestRolloutHostGoal(t *testing.T) {
 	if err := fleet.SaveRecord(h.layout.OnRoot(h.layout.RolloutRecord()), rec); err != nil {
 		t.Fatal(err)
 	}
-	g := h.goal(v1alpha1.Release{WorkerImage: "r/w@sha256:" + strings.Repeat("c", 64)})
+	g, err := h.goal(v1alpha1.Release{WorkerImage: "r/w@sha256:" + strings.Repeat("c", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g.Components.Kubernetes != "1.35.4" || !strings.HasSuffix(g.Bootstrap.OCIImage, strings.Repeat("c", 64)) || g.Bootstrap.OfflineArtifacts.Source != "oci://r/b:1" {
 		t.Errorf("goal %+v %+v", g.Components, g.Bootstrap)
 	}
 	if h.config.Components.Kubernetes != "1.35.3" || h.config.Bootstrap.OCIImage != "" {
 		t.Error("the loaded config was changed")
+	}
+	// Cluster data is validated: a release the CRD would refuse, written
+	// around it, is refused here too, naming the key.
+	_, err = h.goal(v1alpha1.Release{KubernetesVersion: "v1.35.4;reboot"})
+	var se *fleet.StepError
+	if !errors.As(err, &se) || se.Reason != "InvalidRelease" || !strings.Contains(err.Error(), "components.kubernetes") {
+		t.Errorf("an invalid release: %v", err)
+	}
+	if err := h.Stage(t.Context(), v1alpha1.Release{KubernetesVersion: "v1.35.4;reboot"}); !errors.As(err, &se) || se.Reason != "InvalidRelease" {
+		t.Errorf("staging an invalid release: %v", err)
 	}
 }
 

@@ -134,6 +134,12 @@ func alsoSelected(r *v1alpha1.FlexNodeRollout, others []string) string {
 // when it does not: Updated, Staged, or Failed at stage (no slot taken).
 func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others []string) (bool, time.Duration, error) {
 	rel := r.Spec.Release
+	// Cluster data is input to validate (DESIGN decision 10): the API
+	// server's schema is not the only gate a rollout passes.
+	if errs := v1alpha1.Validate(r); len(errs) > 0 {
+		a.rec.ResumedAt = resumedAt(r)
+		return false, 0, a.report(ctx, PhaseFailed, StepStage, "InvalidRelease", errs.ToAggregate().Error())
+	}
 	running, err := a.Host.Running(ctx, rel)
 	if err != nil {
 		return false, 0, fmt.Errorf("compare the release with what the node runs: %w", err)
