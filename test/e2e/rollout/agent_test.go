@@ -291,6 +291,7 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 		names = append(names, name)
 	}
 	pw := watchRollout(t, ctx, rollout)
+	startCandidate(t, names[0]) // the elected status writer, as the agents run it
 	began := time.Now()
 	createRollout(t, rollout, 2, "1s")
 	for _, n := range names {
@@ -298,6 +299,10 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 	}
 	pw.waitFor(t, 60*time.Second, "all Updated", allIn(names, fleet.PhaseUpdated))
 	t.Logf("6 nodes Updated %v after the rollout was created (maxUnavailable 2, switch 1 s, soak 1 s)", time.Since(began).Round(time.Millisecond))
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Complete", "fnr/"+rollout, "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Complete: %v: %s", err, out)
+	}
+	t.Logf("Complete %v after the rollout was created", time.Since(began).Round(time.Millisecond))
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.err != nil {
@@ -335,6 +340,7 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 		labelledNode(t, rollout, n)
 	}
 	pw := watchRollout(t, ctx, rollout)
+	startCandidate(t, names[1])
 	createRollout(t, rollout, 2, "1s")
 	rolledBack := &fleet.StepError{Step: fleet.StepSwitch, Reason: "RolledBack", Err: errors.New("rolled back: machine kube2 did not become Ready")}
 	// The bad node stages first, so it is among the first two, and it
@@ -375,11 +381,20 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 	if len(late) > 0 {
 		t.Errorf("nodes started after %s failed: %v", names[0], late)
 	}
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Paused", "fnr/"+rollout, "--timeout=30s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Paused: %v: %s", err, out)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "get", "fnr", rollout, "-o", `jsonpath={.status.failedNodes[*].name} {.status.conditions[?(@.type=="Paused")].message}`); err != nil || !strings.Contains(string(out), names[0]) {
+		t.Errorf("the rollout's status does not name %s: %s %v", names[0], out, err)
+	}
 	slot := failedSlot(t, rollout, names[0])
 	// fleet resume: clear the failed slot, then set resumed-at.
 	bad.set(func(h *stubHost) { h.switchErr = nil })
 	resume(t, rollout, slot)
 	pw.waitFor(t, 60*time.Second, "all Updated after the resume", allIn(names, fleet.PhaseUpdated))
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Complete", "fnr/"+rollout, "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Complete after the resume: %v: %s", err, out)
+	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.peakUpdate > 2 || pw.peakSlots > 2 {
