@@ -155,7 +155,7 @@ func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others [
 		}
 		step, reason := stepAndReason(err, StepStage, "StageFailed")
 		a.rec.ResumedAt = resumedAt(r)
-		return false, 0, a.report(ctx, PhaseFailed, step, reason, err.Error())
+		return false, 0, a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 	}
 	return true, 0, a.report(ctx, PhaseStaged, "", "", "staged on the inactive side"+alsoSelected(r, others))
 }
@@ -177,6 +177,15 @@ func stepAndReason(err error, step, reason string) (string, string) {
 		}
 	}
 	return step, reason
+}
+
+// failMessage is err for the condition's message: a Host's StepError
+// without its step and reason, which the condition carries already.
+func failMessage(err error) string {
+	if se, ok := err.(*StepError); ok && se.Err != nil {
+		return se.Err.Error()
+	}
+	return err.Error()
 }
 
 // acquire takes (or re-adopts) a slot of r for this node, out of

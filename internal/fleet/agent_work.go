@@ -226,7 +226,7 @@ func (a *Agent) fail(ctx, wctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	if ferr := a.slots.Fail(ctx, sl, step, reason); ferr != nil {
 		a.log().Warn("rollout: mark the slot failed", "slot", sl.Lease.Name, "error", ferr)
 	}
-	return a.report(ctx, PhaseFailed, step, reason, err.Error())
+	return a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 }
 
 // release frees the slot, trying a few times (a release that never
