@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +33,9 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		r, others := Select(a.cache.allRollouts(), n)
 		v := view{rollout: r, rec: a.rec, managedElsewhere: a.ManagedElsewhere}
 		if r != nil {
-			_, v.failedPeers = peers(r, a.cache.allNodes())
+			_, failed := peers(r, a.cache.allNodes())
+			// Its own condition may be a moment behind its Record.
+			v.failedPeers = slices.DeleteFunc(failed, func(name string) bool { return name == n.Name })
 		}
 		act, why := decide(v)
 		if line := act.String() + ": " + why; line != a.lastLog {
