@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +118,8 @@ func startAgent(t *testing.T, ctx context.Context, name string, h fleet.Host) {
 func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()) {
 	t.Helper()
 	cfg := asNode(a.NodeName)
+	sent := requestsOf(a.NodeName)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, new(atomic.Bool), sent} }
 	a.Connect = func() (fleet.Clients, error) {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -147,6 +151,14 @@ func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// agentRequests counts each agent's requests to the API server, by node.
+var agentRequests sync.Map // node -> *atomic.Int64
+
+func requestsOf(node string) *atomic.Int64 {
+	v, _ := agentRequests.LoadOrStore(node, new(atomic.Int64))
+	return v.(*atomic.Int64)
 }
 
 type testWriter struct{ t *testing.T }
@@ -309,6 +321,11 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 		t.Fatal(pw.err)
 	}
 	t.Logf("peaks: %d Nodes Updating, %d slots held", pw.peakUpdate, pw.peakSlots)
+	var reqs []string
+	for _, n := range names {
+		reqs = append(reqs, fmt.Sprintf("%s %d", n, requestsOf(n).Load()))
+	}
+	t.Logf("requests per agent (list, watch, slot and condition writes) through Complete: %s", strings.Join(reqs, ", "))
 	if pw.peakUpdate > 2 || pw.peakSlots > 2 {
 		t.Errorf("more than 2 at once: %d Updating, %d slots held", pw.peakUpdate, pw.peakSlots)
 	}
