@@ -135,7 +135,7 @@ func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()
 		}
 		return fleet.Clients{Nodes: cs.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
 	}
-	a.SlotTTL, a.Retry = 10*time.Second, time.Second
+	a.SlotTTL, a.Retry, a.Spread = 10*time.Second, time.Second, 200*time.Millisecond
 	a.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", a.NodeName)
 	done := make(chan error, 1)
 	actx, cancel := context.WithCancel(ctx)
