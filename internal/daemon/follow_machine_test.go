@@ -44,7 +44,7 @@ type followEnv struct {
 	resets  int
 }
 
-func loopback(t *testing.T) net.Listener {
+func loopback(t testing.TB) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +53,7 @@ func loopback(t *testing.T) net.Listener {
 	return l
 }
 
-func newFollowEnv(t *testing.T) *followEnv {
+func newFollowEnv(t testing.TB) *followEnv {
 	t.Helper()
 	h := newDriftHost(t)
 	c, err := config.Load(h.k.ConfigFile)

@@ -108,9 +108,9 @@ type Server struct {
 	failNext        *Failure
 	// bootstrap is each pool's listBootstrapData answer, by lowercased
 	// pool resource ID.
-	bootstrap map[string]map[string]any
-	moveETag        bool
-	keepVersion     bool
+	bootstrap   map[string]map[string]any
+	moveETag    bool
+	keepVersion bool
 }
 
 // Start serves a fake on l (a loopback listener) until t ends.
