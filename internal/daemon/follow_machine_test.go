@@ -84,7 +84,7 @@ func newFollowEnv(t testing.TB) *followEnv {
 			Labels: map[string]string{"kubernetes.io/hostname": c.Agent.NodeName}}})}
 	h.k.Metrics = metrics.NewRegistry(h.l)
 	e.f = &MachineFollower{Keeper: h.k, Config: c,
-		ARM:    func() (*machineapi.Client, error) { return cl, nil },
+		ARM:    func() (machineapi.Backend, error) { return cl, nil },
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(e.cs), nil },
 		Repave: func(_ context.Context, c *config.Config) error { e.repaves = append(e.repaves, c); return nil },
 		Reset:  func(context.Context) error { e.resets++; return nil },

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +171,26 @@ func condition(n *corev1.Node, typ string) *corev1.NodeCondition {
 func nodeReady(n *corev1.Node) bool {
 	c := condition(n, string(corev1.NodeReady))
 	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// benchConvergedStart times converged starts on this host: not an Azure
+// VM (preflight says so and asks IMDS only for the managed identity the
+// config names for ARM), a local bundle, the Machine registered (start
+// adopts it: one GET). Each says nothing changed and asks ARM once.
+func (e *env) benchConvergedStart(t *testing.T, h *aclhost.Host, sc scenario, arm *fakearm.Server) {
+	step("Converged starts on a host that is not an Azure VM, with a local bundle and the Machine registered")
+	var ds []time.Duration
+	for i := range 5 {
+		before := len(arm.Requests())
+		out, d := e.start(t, h, sc, "converged")
+		if !strings.Contains(out, "nothing changed") {
+			t.Errorf("converged start %d changed something:\n%s", i+1, out)
+		}
+		if n := len(arm.Requests()) - before; n != 1 {
+			t.Errorf("converged start %d sent %d requests to ARM, want 1 (the Machine's GET)", i+1, n)
+		}
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	t.Logf("BENCH converged-start host=not-azure source=local-dir arm=adopt runs=%v min=%v median=%v max=%v", len(ds), ds[0].Round(time.Millisecond), ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 }
