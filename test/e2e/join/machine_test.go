@@ -85,7 +85,7 @@ func TestFollowMachine(t *testing.T) {
 	if m == nil || k["orchestratorVersion"] != joined.Components.Kubernetes {
 		t.Fatalf("the Machine after start: %v", m)
 	}
-	e.benchConvergedStart(t, h, sc, arm)
+	e.benchConvergedStart(t, h, sc)
 	e.checkLabelsFollowed(t, h, sc, arm, id)
 	e.checkVersionRepave(t, h, sc, arm, id, e.manifest.Components.Kubernetes)
 	e.checkMachineDeletionReset(t, h, sc, arm, id, before)
