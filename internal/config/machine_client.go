@@ -24,7 +24,9 @@ const DefaultInClusterEndpointURL = "/api/v1/namespaces/aks-flex-system/services
 // read and its status written. In in-cluster mode the agent reads the
 // same Machine JSON at <endpointUrl>/machines/<agent.nodeName> through
 // the cluster connection (the node's own credential), creates it there
-// with a PUT and PATCHes <...>/status, as upstream's agent does.
+// with a PUT and PATCHes <...>/status, as upstream's agent does; nothing
+// talks to ARM then, and azure.targetCluster (which upstream's configs
+// carry in this mode too) only names the cluster.
 type MachineClient struct {
 	Mode        string `json:"mode,omitempty"`
 	EndpointURL string `json:"endpointUrl,omitempty"`
@@ -70,9 +72,6 @@ func (v *validator) machineClient(c *Config) {
 	}
 	if c.Agent.RequireMachineRegistration && (c.Azure.BootstrapToken == nil || c.Azure.BootstrapToken.Token == "") {
 		v.add("agent.requireMachineRegistration", "in-cluster mode registers at start with azure.bootstrapToken's credential (the node has no other before it joins): set azure.bootstrapToken, or false (the agent registers once joined)")
-	}
-	if c.Azure.TargetCluster != nil && c.Azure.TargetCluster.ResourceID != "" {
-		v.add("agent.machineClient.mode", "%q reads the Machine through the cluster, not from ARM: remove azure.targetCluster.resourceId (or set mode %q)", m.Mode, MachineClientARM)
 	}
 }
 
