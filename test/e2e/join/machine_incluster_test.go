@@ -159,7 +159,8 @@ func registerAtStart(ctx context.Context, t *testing.T, c *config.Config) machin
 
 // exposeController makes the controller the aks-flex-controller Service
 // (no selector: its endpoint is the controller's address) and lets the
-// bootstrap token's group proxy to it, and to nothing else.
+// bootstrap tokens' group (start) and the nodes (the agent) proxy to it,
+// and to nothing else.
 //
 //nolint:staticcheck // see the Endpoints below
 func exposeController(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, addr string, port int32) {
@@ -186,7 +187,8 @@ func exposeController(ctx context.Context, t *testing.T, cp *controlplane.Contro
 			Verbs: []string{"get", "create", "update", "patch"}}}}, metav1.CreateOptions{}))
 	must(cs.RbacV1().RoleBindings(inClusterNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "aks-flex-machines"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "aks-flex-machines"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: controlplane.BootstrapGroup}}}, metav1.CreateOptions{}))
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: controlplane.BootstrapGroup},
+			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}}, metav1.CreateOptions{}))
 }
 
 // machineController stands in for AKS's in-cluster controller behind

@@ -124,9 +124,9 @@ func (e *env) startCluster(t *testing.T) {
 	buildAgent(t, e.dist+"/aks-flex-node")
 }
 
-// bootMachineHost boots the host with the bundle in a directory, the
+// bootMachineHost boots the host with the bundles in directories, the
 // agent and install.sh in /root/dist, trusting the fake Entra's and the
-// fake ARM's CAs, with IMDS in its namespace.
+// fake ARM's CAs, with IMDS in its namespace (no ARM: neither).
 func (e *env) bootMachineHost(t *testing.T, sc scenario, arm *fakearm.Server, bundles map[string]string) *aclhost.Host {
 	args := []string{"--bind=" + t.TempDir() + ":/var/lib/machines"}
 	for version, dir := range bundles {
@@ -148,6 +148,9 @@ func (e *env) bootMachineHost(t *testing.T, sc scenario, arm *fakearm.Server, bu
 		}
 	}
 	e.entra.Trust(t, h)
+	if arm == nil { // in-cluster mode: nothing talks to ARM
+		return h
+	}
 	if err := h.WriteFile("/root/fake-arm-ca.pem", arm.CAPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
