@@ -278,7 +278,9 @@ func controllerPod(ctx context.Context, t *testing.T, cp *controlplane.ControlPl
 	t.Helper()
 	no := false
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: inClusterService + "-0", Namespace: inClusterNS},
-		Spec: corev1.PodSpec{AutomountServiceAccountToken: &no, Containers: []corev1.Container{{Name: "controller", Image: "aks-flex-controller.invalid/controller:test"}}}}
+		// Never scheduled (a node joins in the agent's test): a kubelet
+		// running it would replace its IP with its sandbox's.
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "aks-flex-node.test/never"}}, AutomountServiceAccountToken: &no, Containers: []corev1.Container{{Name: "controller", Image: "aks-flex-controller.invalid/controller:test"}}}}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		made, err := cp.Client.CoreV1().Pods(inClusterNS).Create(ctx, p, metav1.CreateOptions{})
