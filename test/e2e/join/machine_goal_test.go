@@ -174,9 +174,10 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 // benchConvergedStart times converged starts on this host: not an Azure
-// VM (preflight says so and asks IMDS only for the managed identity the
-// config names for ARM), a local bundle, the Machine registered (start
-// adopts it: one GET). Each says nothing changed.
+// VM (preflight says so and asks IMDS only for a managed identity the
+// config names), a local bundle, the Machine registered (start adopts
+// it: one GET, from ARM or through the API server). Each says nothing
+// changed.
 func (e *env) benchConvergedStart(t *testing.T, h *aclhost.Host, sc scenario) {
 	step("Converged starts on a host that is not an Azure VM, with a local bundle and the Machine registered")
 	// The first re-run records the registration as adopted (the join's
@@ -191,5 +192,5 @@ func (e *env) benchConvergedStart(t *testing.T, h *aclhost.Host, sc scenario) {
 		ds = append(ds, d)
 	}
 	slices.Sort(ds)
-	t.Logf("BENCH converged-start host=not-azure source=local-dir arm=adopt runs=%v min=%v median=%v max=%v", len(ds), ds[0].Round(time.Millisecond), ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	t.Logf("BENCH converged-start scenario=%s host=not-azure source=local-dir machine=adopt runs=%v min=%v median=%v max=%v", sc.name, len(ds), ds[0].Round(time.Millisecond), ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 }

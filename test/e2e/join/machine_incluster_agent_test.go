@@ -64,6 +64,7 @@ func TestFollowMachineInCluster(t *testing.T) {
 		t.Fatalf("the controller's Machine after start: %v", m)
 	}
 	etag, _ := props["eTag"].(string)
+	e.benchConvergedStart(t, h, sc)
 
 	step("The agent, as the node, writes the applied eTag on the Machine's status")
 	joined := time.Now()
