@@ -67,7 +67,7 @@ func (o *generateOptions) poolDocument(ctx context.Context) (map[string]any, err
 // cluster and pool (the pool's own, which the data must agree with), the
 // --auth identity for ARM next to the pool's bootstrap token, and the
 // ARM endpoint asked.
-func poolAzure(doc map[string]any, pool machineapi.PoolID, identity map[string]any, armEndpoint string) error {
+func poolAzure(doc map[string]any, pool machineapi.PoolID, auth map[string]any, armEndpoint string) error {
 	az, ok := doc["azure"].(map[string]any)
 	if !ok {
 		az = map[string]any{}
@@ -84,7 +84,7 @@ func poolAzure(doc map[string]any, pool machineapi.PoolID, identity map[string]a
 	}
 	tc["resourceId"] = pool.Cluster.String()
 	az["targetCluster"], az["targetAgentPoolName"] = tc, pool.Pool
-	for k, v := range identity {
+	for k, v := range auth {
 		az[k] = v
 	}
 	if armEndpoint != "" {
