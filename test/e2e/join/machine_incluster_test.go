@@ -186,7 +186,7 @@ func exposeController(ctx context.Context, t *testing.T, cp *controlplane.Contro
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services/proxy"}, ResourceNames: []string{"http:" + inClusterService + ":80", inClusterService},
 			Verbs: []string{"get", "create", "update", "patch"}}}}, metav1.CreateOptions{}))
 	must(cs.RbacV1().RoleBindings(inClusterNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "aks-flex-machines"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "aks-flex-machines"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "aks-flex-machines"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: controlplane.BootstrapGroup},
 			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}}, metav1.CreateOptions{}))
 }
