@@ -122,8 +122,9 @@ type Agent struct {
 	Connect func() (Clients, error)
 	// RecordPath is the Record's file (layout.RolloutRecord on the root).
 	RecordPath string
-	// ManagedElsewhere is a node whose config names an AKS Machine
-	// through ARM: it reports ManagedElsewhere and never takes a slot.
+	// ManagedElsewhere is a node whose config follows an AKS Machine
+	// (in ARM, or through the cluster: config.HasMachine): it reports
+	// ManagedElsewhere and never takes a slot.
 	ManagedElsewhere bool
 	// BootID is the host's boot, for the slot holder; "" takes the
 	// Node's status.nodeInfo.bootID (the kubelet's, the host's kernel).

@@ -80,7 +80,7 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 	case actManagedElsewhere:
 		a.adopt(r)
 		return false, 0, a.report(ctx, PhaseManagedElsewhere, "", "AKSMachine",
-			"its config names an AKS Machine through ARM: AKS drives its disruption; this rollout never takes it"+alsoSelected(r, others))
+			"its config follows an AKS Machine (in ARM, or through the cluster): AKS drives its disruption; this rollout never takes it"+alsoSelected(r, others))
 	case actStart:
 		a.adopt(r)
 		return a.start(ctx, r, others)
