@@ -22,7 +22,8 @@ const maxFailedNodes = 1000
 // selected), each selected node's FlexNodeRelease condition counted only
 // when it is about r at r's generation (a node still reporting an older
 // generation has not started this one). Complete is True only when every
-// selected node is Updated at r's generation, and never for a selector
+// selected node is Updated at r's generation (held nodes aside unless
+// strategy.requireAll; plan and rollback: plan.go), and never for a selector
 // that picks no node (a typo must not read as done). Paused is True when
 // spec.paused is set or any node failed. Conditions keep their
 // LastTransitionTime while their status holds. Pure: the caller reads and
@@ -43,6 +44,9 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 			continue
 		}
 		st.Selected++
+		if countHeld(&st, r, n) { // issue 30 (plan.go)
+			continue
+		}
 		rel, ok, err := ReadNodeRelease(n)
 		if err != nil {
 			unreadable = append(unreadable, n.Name)
@@ -61,6 +65,8 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 		case PhaseFailed:
 			st.Failed++
 			st.FailedNodes = append(st.FailedNodes, v1alpha1.FailedNode{Name: n.Name, Step: rel.Step, Reason: rel.Reason, Message: bound(rel.Message)})
+		case PhaseRolledBack: // issue 30 (plan.go)
+			countRolledBack(&st, rel)
 		}
 	}
 	sort.Slice(st.FailedNodes, func(i, j int) bool { return st.FailedNodes[i].Name < st.FailedNodes[j].Name })
@@ -68,6 +74,7 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 		st.FailedNodes = st.FailedNodes[:maxFailedNodes]
 	}
 	setConditions(&st, r, unreadable, now)
+	finishExtras(&st, r, now) // issue 30 (plan.go)
 	return st, nil
 }
 
@@ -91,7 +98,7 @@ func setConditions(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, unre
 	if len(unreadable) > 0 {
 		counts += fmt.Sprintf("; %d with an unreadable %s condition (%s)", len(unreadable), ConditionType, names(unreadable))
 	}
-	complete := st.Selected > 0 && st.Updated == st.Selected
+	complete := required(st, r) > 0 && st.Updated >= required(st, r) // issue 30: held nodes only under requireAll
 	switch {
 	case complete:
 		set(v1alpha1.ConditionComplete, true, "AllNodesUpdated", counts)
