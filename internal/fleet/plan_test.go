@@ -31,7 +31,7 @@ func TestAggregateHeld(t *testing.T) {
 	nodes := []corev1.Node{
 		node("a", "edge", "edge-b", 1, PhaseUpdated), node("b", "edge", "edge-b", 1, PhaseUpdated),
 		held(node("h2", "edge", "edge-b", 1, PhaseHeld)),
-		held(node("h1", "edge", "", 0, "")),               // held before its agent reported anything
+		held(node("h1", "edge", "", 0, "")),                 // held before its agent reported anything
 		held(node("h0", "edge", "edge-b", 1, PhaseUpdated)), // held after it was updated: it is on the release
 	}
 	st, err := Aggregate(r, nodes, t0)
