@@ -134,7 +134,7 @@ func readWave(r *v1alpha1.FlexNodeRollout, selected []*corev1.Node) waveView {
 		rel, ok, err := ReadNodeRelease(n)
 		mine := ok && err == nil && rel.Rollout == r.Name
 		switch {
-		case Held(n) || managedElsewhere(n):
+		case Held(n) || reportsManagedElsewhere(n):
 			continue
 		case mine && rel.Phase == PhaseUpdating:
 			v.busy++
@@ -148,9 +148,9 @@ func readWave(r *v1alpha1.FlexNodeRollout, selected []*corev1.Node) waveView {
 	return v
 }
 
-// managedElsewhere reads the condition's reason itself: ReadNodeRelease
+// reportsManagedElsewhere reads the condition's reason itself: ReadNodeRelease
 // on main does not know the phase yet.
-func managedElsewhere(n *corev1.Node) bool {
+func reportsManagedElsewhere(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == ConditionType {
 			return Phase(c.Reason) == phaseManagedElsewhere
