@@ -11,12 +11,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
-// phaseManagedElsewhere is the agent loop's PhaseManagedElsewhere
-// (fleet-protocol decision 1, release.go on issue-29-agent): such a node
-// never takes a slot, so it is not in the order. Spelled here until that
-// constant is on main; then this line goes.
-const phaseManagedElsewhere Phase = "ManagedElsewhere"
-
 // StartInput is what an agent knows when it considers taking a slot.
 type StartInput struct {
 	Rollout *v1alpha1.FlexNodeRollout
@@ -153,7 +147,7 @@ func readWave(r *v1alpha1.FlexNodeRollout, selected []*corev1.Node) waveView {
 func reportsManagedElsewhere(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == ConditionType {
-			return Phase(c.Reason) == phaseManagedElsewhere
+			return Phase(c.Reason) == PhaseManagedElsewhere
 		}
 	}
 	return false

@@ -149,7 +149,7 @@ func TestMayStartHoldPlanPauseManagedElsewhere(t *testing.T) {
 		t.Fatalf("with %s held: %v start, want %s as the canary", order[0], got, order[1])
 	}
 	// A node managed elsewhere is not in the order either.
-	setPhase(ns, order[1], r, phaseManagedElsewhere)
+	setPhase(ns, order[1], r, PhaseManagedElsewhere)
 	if got, _ := starters(t, r, ns, order); !slices.Equal(got, order[2:3]) {
 		t.Fatalf("managed elsewhere: %v start, want %s", got, order[2])
 	}
