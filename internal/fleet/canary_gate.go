@@ -128,7 +128,7 @@ func readWave(r *v1alpha1.FlexNodeRollout, selected []*corev1.Node) waveView {
 		rel, ok, err := ReadNodeRelease(n)
 		mine := ok && err == nil && rel.Rollout == r.Name
 		switch {
-		case Held(n) || reportsManagedElsewhere(n):
+		case Held(n) || managedElsewhere(n):
 			continue
 		case mine && rel.Phase == PhaseUpdating:
 			v.busy++
@@ -140,17 +140,6 @@ func readWave(r *v1alpha1.FlexNodeRollout, selected []*corev1.Node) waveView {
 	}
 	v.order = Order(r.UID, names)
 	return v
-}
-
-// reportsManagedElsewhere reads the condition's reason itself: ReadNodeRelease
-// on main does not know the phase yet.
-func reportsManagedElsewhere(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == ConditionType {
-			return Phase(c.Reason) == PhaseManagedElsewhere
-		}
-	}
-	return false
 }
 
 // block is why the node at pos may not start yet, or "".

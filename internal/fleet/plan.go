@@ -51,17 +51,18 @@ func countRolledBack(st *v1alpha1.RolloutStatus, rel NodeRelease) {
 }
 
 // required is how many selected nodes must be Updated (or RolledBack)
-// for the rollout to be done: held nodes only under requireAll.
-func required(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout) int32 {
+// for the rollout to be done: never those managed elsewhere; held nodes
+// only under requireAll.
+func required(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, elsewhere int32) int32 {
 	if r.Spec.Strategy.RequireAll {
-		return st.Selected
+		return st.Selected - elsewhere
 	}
-	return st.Selected - st.Held
+	return st.Selected - st.Held - elsewhere
 }
 
 // finishExtras fills the plan, rollback and window status and sets the
 // conditions they change, after setConditions.
-func finishExtras(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, now time.Time) {
+func finishExtras(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, elsewhere int32, now time.Time) {
 	sort.Strings(st.HeldNodes)
 	if ws, err := CompileWindows(r.Spec.Strategy.Windows); err == nil && !ws.Any() {
 		s := ws.At(now)
@@ -78,9 +79,9 @@ func finishExtras(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, now t
 	}
 	switch {
 	case r.Spec.Rollback != nil:
-		finishRollback(st, r, now, set)
+		finishRollback(st, r, required(st, r, elsewhere), now, set)
 	case r.Spec.Strategy.Mode == v1alpha1.ModePlan:
-		finishPlan(st, r, set)
+		finishPlan(st, r, elsewhere, set)
 	}
 	if r.Spec.Rollback == nil {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionRolledBack)
@@ -89,7 +90,7 @@ func finishExtras(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, now t
 
 type setCondition func(typ string, s metav1.ConditionStatus, reason, msg string)
 
-func finishRollback(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, now time.Time, set setCondition) {
+func finishRollback(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, need int32, now time.Time, set setCondition) {
 	rb := st.Rollback
 	if rb == nil {
 		rb = &v1alpha1.RollbackStatus{}
@@ -103,7 +104,6 @@ func finishRollback(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, now
 	if rb.RequestedAt == nil {
 		rb.RequestedAt = &metav1.Time{Time: now}
 	}
-	need := required(st, r)
 	msg := fmt.Sprintf("rollback (%s): %d/%d back on their previous side", rb.Reason, rb.RolledBack, need)
 	if need > 0 && rb.RolledBack >= need {
 		rb.CompletedAt = &metav1.Time{Time: now}
@@ -125,11 +125,11 @@ func finishRollback(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, now
 // finishPlan: a plan is never Complete (nothing was applied); it is done
 // when every node that is not held has a verdict, and its failures are
 // verdicts, not a pause (a node that cannot stage holds no slot).
-func finishPlan(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, set setCondition) {
+func finishPlan(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, elsewhere int32, set setCondition) {
 	p := &v1alpha1.PlanStatus{Ready: st.Staged + st.Updated, NotReady: st.Failed}
-	p.Pending = max(st.Selected-st.Held-p.Ready-p.NotReady, 0)
+	p.Pending = max(st.Selected-st.Held-elsewhere-p.Ready-p.NotReady, 0)
 	st.Plan = p
-	msg := fmt.Sprintf("staged %d/%d", p.Ready, st.Selected-st.Held)
+	msg := fmt.Sprintf("staged %d/%d", p.Ready, st.Selected-st.Held-elsewhere)
 	if p.NotReady > 0 {
 		var fs []string
 		for _, f := range st.FailedNodes {
@@ -143,7 +143,7 @@ func finishPlan(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, set set
 	if p.Pending > 0 {
 		msg += fmt.Sprintf("; %d without a verdict yet", p.Pending)
 	}
-	if st.Selected > 0 && st.Updated == st.Selected {
+	if need := st.Selected - elsewhere; need > 0 && st.Updated == need {
 		return // every node runs it already: Complete holds
 	}
 	set(v1alpha1.ConditionComplete, metav1.ConditionFalse, "PlanOnly", msg)

@@ -58,6 +58,7 @@ type Registry struct {
 	slotsHeld   prometheus.Gauge
 	phase       *prometheus.GaugeVec
 	store       *Store
+	writer      statusWriterMetrics
 
 	mu   sync.Mutex
 	seen map[string]bool // loops whose series exist
@@ -99,6 +100,7 @@ func NewRegistry(l layout.Layout) *Registry {
 		store: OpenStore(l),
 		seen:  map[string]bool{},
 	}
+	r.writer = newStatusWriterMetrics(r.reg)
 	r.reg.MustRegister(r.reconcile, r.lastSuccess, r.repairs, r.decisions, r.decision, r.slotsHeld, r.phase,
 		&storeCollector{store: r.store}, &infoCollector{layout: l},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -269,6 +269,11 @@ func (in *RolloutStatus) DeepCopyInto(out *RolloutStatus) {
 		*out = make([]FailedNode, len(*in))
 		copy(*out, *in)
 	}
+	if in.ManagedElsewhere != nil {
+		in, out := &in.ManagedElsewhere, &out.ManagedElsewhere
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	in.StatusExtras.DeepCopyInto(&out.StatusExtras)
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
