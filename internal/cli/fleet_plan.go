@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,10 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
@@ -43,15 +40,13 @@ When the verdicts are good, roll out from the staged state:
 
   kubectl patch fnr NAME --type merge -p '{"spec":{"strategy":{"mode":"Rollout"}}}'
 
-The kubeconfig is --kubeconfig, else $KUBECONFIG, else ~/.kube/config: an
-admin's, not a node's.
-
   aks-flex-node fleet plan -f rollout.yaml
   aks-flex-node fleet plan -f rollout.yaml --validate-only`
 
-// newFleetPlanCommand is `fleet plan`; the fleet group (fleet.go) adds it.
-func newFleetPlanCommand() *cobra.Command {
-	var file, kubeconfig string
+// newFleetPlanCommand is `fleet plan`; the fleet group (fleet.go) adds it
+// and owns --kubeconfig.
+func newFleetPlanCommand(kubeconfig *string) *cobra.Command {
+	var file string
 	var validateOnly bool
 	cmd := &cobra.Command{
 		Use:   "plan -f ROLLOUT",
@@ -70,22 +65,21 @@ func newFleetPlanCommand() *cobra.Command {
 				fmt.Fprintf(w, "rollout %s in %s is valid (mode Plan)\n", ro.Name, file)
 				return nil
 			}
-			rs, err := fleetRollouts(kubeconfig)
+			c, err := newFleetClient(*kubeconfig)
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), fleetTimeout)
 			defer cancel()
-			out, err := rs.Apply(ctx, ro, planFieldManager, true)
+			out, err := c.rollouts.Apply(ctx, ro, planFieldManager, true)
 			if err != nil {
-				return fmt.Errorf("fleet plan: apply rollout %s: %w", ro.Name, err)
+				return rolloutErr("plan", ro.Name, err)
 			}
 			return printPlanned(w, out)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&file, "filename", "f", "", "the FlexNodeRollout to plan (YAML or JSON)")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "an admin's kubeconfig (default $KUBECONFIG, else ~/.kube/config)")
 	f.BoolVar(&validateOnly, "validate-only", false, "check the file and stop; nothing is sent")
 	return cmd
 }
@@ -133,23 +127,4 @@ func printPlanned(w io.Writer, ro *v1alpha1.FlexNodeRollout) error {
   then:  kubectl patch fnr %s --type merge -p '{"spec":{"strategy":{"mode":"Rollout"}}}'
 `, ro.Name, ro.Generation, ro.Name, ro.Name, ro.Name)
 	return err
-}
-
-// fleetRollouts is the rollouts client for an admin's kubeconfig: path,
-// else the standard rules ($KUBECONFIG, ~/.kube/config).
-func fleetRollouts(kubeconfig string) (*fleet.Rollouts, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		if clientcmd.IsEmptyConfig(err) || errors.Is(err, os.ErrNotExist) {
-			return nil, invalidf("no kubeconfig: give --kubeconfig or set KUBECONFIG (an admin's, not a node's): %v", err)
-		}
-		return nil, invalidf("kubeconfig: %v", err)
-	}
-	rs, err := fleet.NewRollouts(cfg, nil)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	return rs, nil
 }

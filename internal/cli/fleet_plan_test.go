@@ -1,15 +1,12 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -32,27 +29,6 @@ spec:
     windows:
     - {days: [Sat, Sun], start: "22:00", end: "04:00", timeZone: Europe/Berlin}
 `
-
-// runCmd runs one command (not yet in the tree: the fleet group adds it)
-// with args, and returns its output and exit code.
-func runCmd(t *testing.T, cmd *cobra.Command, args ...string) (string, int) {
-	t.Helper()
-	var out bytes.Buffer
-	// Under a parent, as the fleet group will hold it, with the tree's
-	// argument rule (a bad argument is a usage error).
-	parent := &cobra.Command{Use: "fleet", SilenceUsage: true, SilenceErrors: true}
-	parent.AddCommand(cmd)
-	applyArgsRule(parent)
-	parent.SetOut(&out)
-	parent.SetErr(&out)
-	parent.SetArgs(append([]string{strings.Fields(cmd.Use)[0]}, args...))
-	parent.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return invalid(err) })
-	err := parent.Execute()
-	if err != nil {
-		out.WriteString(err.Error())
-	}
-	return out.String(), ExitCode(err)
-}
 
 func planFile(t *testing.T, content string) string {
 	t.Helper()
@@ -90,17 +66,17 @@ func TestLoadPlan(t *testing.T) {
 }
 
 func TestFleetPlanCommandOffline(t *testing.T) {
-	out, code := runCmd(t, newFleetPlanCommand(), "-f", planFile(t, planYAML), "--validate-only")
+	out, _, code := run(t, "fleet", "plan", "-f", planFile(t, planYAML), "--validate-only")
 	if code != ExitOK || !strings.Contains(out, "rollout edge-b in") || !strings.Contains(out, "is valid (mode Plan)") {
 		t.Fatalf("exit %d: %s", code, out)
 	}
-	if out, code := runCmd(t, newFleetPlanCommand()); code != ExitInvalid || !strings.Contains(out, "-f:") {
+	if _, out, code := run(t, "fleet", "plan"); code != ExitInvalid || !strings.Contains(out, "-f:") {
 		t.Fatalf("no -f: exit %d: %s", code, out)
 	}
 	// No kubeconfig anywhere: a usage error that says what to give.
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
 	t.Setenv("HOME", t.TempDir())
-	out, code = runCmd(t, newFleetPlanCommand(), "-f", planFile(t, planYAML))
+	_, out, code = run(t, "fleet", "plan", "-f", planFile(t, planYAML))
 	if code != ExitInvalid || !strings.Contains(out, "--kubeconfig") {
 		t.Fatalf("no kubeconfig: exit %d: %s", code, out)
 	}
@@ -108,7 +84,7 @@ func TestFleetPlanCommandOffline(t *testing.T) {
 
 func TestFleetRollbackCommandOffline(t *testing.T) {
 	for _, args := range [][]string{{"edge-b"}, {"edge-b", "--reason", strings.Repeat("x", 1025)}, {"--reason", "x"}, {"a", "b", "--reason", "x"}} {
-		if out, code := runCmd(t, newFleetRollbackCommand(), args...); code != ExitInvalid {
+		if _, out, code := run(t, append([]string{"fleet", "rollback"}, args...)...); code != ExitInvalid {
 			t.Errorf("%q: exit %d, want 2: %s", args, code, out)
 		}
 	}

@@ -31,9 +31,9 @@ to move forward again, apply a new rollout.
   kubectl wait --for=condition=RolledBack fnr/edge-b`
 
 // newFleetRollbackCommand is `fleet rollback`; the fleet group (fleet.go)
-// adds it.
-func newFleetRollbackCommand() *cobra.Command {
-	var reason, kubeconfig string
+// adds it and owns --kubeconfig.
+func newFleetRollbackCommand(kubeconfig *string) *cobra.Command {
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "rollback NAME --reason TEXT",
 		Short: "Switch every node on a rollout's release back to its previous side",
@@ -43,19 +43,17 @@ func newFleetRollbackCommand() *cobra.Command {
 			if reason == "" || len(reason) > 1024 {
 				return invalidf("--reason: say why in 1 to 1024 bytes (it is recorded in the rollout's status)")
 			}
-			rs, err := fleetRollouts(kubeconfig)
+			c, err := newFleetClient(*kubeconfig)
 			if err != nil {
 				return err
 			}
+			rs := c.rollouts
 			ctx, cancel := context.WithTimeout(cmd.Context(), fleetTimeout)
 			defer cancel()
 			name := args[0]
 			ro, err := rs.Get(ctx, name)
-			if apierrors.IsNotFound(err) {
-				return invalidf("fleet rollback: no rollout %s (kubectl get fnr lists them)", name)
-			}
 			if err != nil {
-				return fmt.Errorf("fleet rollback: get rollout %s: %w", name, err)
+				return rolloutErr("rollback", name, err)
 			}
 			w := cmd.OutOrStdout()
 			if ro.Spec.Rollback != nil {
@@ -67,17 +65,16 @@ func newFleetRollbackCommand() *cobra.Command {
 			}
 			out, err := rs.Patch(ctx, name, types.MergePatchType, patch)
 			if apierrors.IsConflict(err) {
-				return fmt.Errorf("fleet rollback: rollout %s changed while this ran; run it again: %w", name, err)
+				return fmt.Errorf("rollback %s: the rollout changed while this ran; run it again: %w", name, err)
 			}
 			if err != nil {
-				return fmt.Errorf("fleet rollback: patch rollout %s: %w", name, err)
+				return rolloutErr("rollback", name, err)
 			}
 			return printRollback(w, out, "rolling back")
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&reason, "reason", "", "why, recorded in the rollout's status (required)")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "an admin's kubeconfig (default $KUBECONFIG, else ~/.kube/config)")
 	return cmd
 }
 
