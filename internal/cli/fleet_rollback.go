@@ -21,8 +21,9 @@ provisioning), bounded by the rollout's maxUnavailable and soak; nodes that
 had not switched stay as they are. Maintenance windows and the canary do not
 hold a rollback back; spec.paused does.
 
-It sets spec.rollback (reason, when, by whom) on the rollout: the one way a
-rollback is asked for, the same that onFailure: Rollback uses. The rollout's
+It sets spec.rollback (reason, when, by whom) on the rollout: the one way an
+operator asks for a rollback (onFailure: Rollback starts the same rollback
+by itself on a node's failure). The rollout's
 status records it (status.rollback) and its condition RolledBack turns True
 when every node is back; Complete stays False. A rollback cannot be undone:
 to move forward again, apply a new rollout.

@@ -33,6 +33,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		v := view{rollout: r, rec: a.rec, managedElsewhere: a.ManagedElsewhere}
 		if r != nil {
 			_, v.failedPeers = peers(r, a.cache.allNodes())
+			v.x30 = a.view30(r, n) // issue 30 (plan_agent.go)
 		}
 		act, why := decide(v)
 		if line := act.String() + ": " + why; line != a.lastLog {
@@ -40,7 +41,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 			a.log().Info("rollout: "+why, "action", act.String(), "rollout", nameOf(r), "phase", a.rec.Phase)
 		}
 		if act == actWait {
-			return 0
+			return v.x30.retry(a.now()) // issue 30: a window's opening wakes it (plan_agent.go)
 		}
 		again, wait, err := a.do(ctx, act, r, others, n)
 		if ctx.Err() != nil {
@@ -68,6 +69,8 @@ func nameOf(r *v1alpha1.FlexNodeRollout) string {
 // to wait otherwise.
 func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node) (again bool, wait time.Duration, err error) {
 	switch act {
+	case actHeld, actRollback: // issue 30 (plan_agent.go)
+		return a.do30(ctx, act, r, n)
 	case actForget:
 		a.rec = Record{Applied: a.rec.Applied}
 		a.slot = nil

@@ -35,8 +35,8 @@ type StartDecision struct {
 	Position, Wave int
 }
 
-// MayStart decides for in.Self. Under spec.rollback the decision is the
-// rollback's: no canary, no windows (a rollback is wanted now), the same
+// MayStart decides for in.Self. Under a rollback (RollingBack) the
+// decision is the rollback's: no canary, no windows (a rollback is wanted now), the same
 // maxUnavailable; plan mode does not apply (a plan has nothing to roll
 // back). Pure: the caller reads the cluster.
 func MayStart(in StartInput) (StartDecision, error) {
@@ -64,7 +64,7 @@ func MayStart(in StartInput) (StartDecision, error) {
 		d.Held = true
 		return d, nil
 	}
-	rollback := r.Spec.Rollback != nil
+	rollback := RollingBack(r, selected)
 	switch {
 	case r.Spec.Paused:
 		return no("paused: spec.paused is true")

@@ -77,13 +77,17 @@ func finishExtras(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, elsew
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg,
 			ObservedGeneration: r.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
+	// onFailure: Rollback rolls back without a spec change (the nodes
+	// cannot write the spec): from a node's failure on, kept by the
+	// RolledBack phases (RollingBack).
+	derived := r.Spec.Strategy.OnFailure == v1alpha1.FailureRollback && (st.Failed > 0 || (st.Rollback != nil && st.Rollback.RolledBack > 0))
 	switch {
-	case r.Spec.Rollback != nil:
+	case r.Spec.Rollback != nil || derived:
 		finishRollback(st, r, required(st, r, elsewhere), now, set)
 	case r.Spec.Strategy.Mode == v1alpha1.ModePlan:
 		finishPlan(st, r, elsewhere, set)
 	}
-	if r.Spec.Rollback == nil {
+	if r.Spec.Rollback == nil && !derived {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionRolledBack)
 	}
 }
@@ -96,9 +100,20 @@ func finishRollback(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, nee
 		rb = &v1alpha1.RollbackStatus{}
 		st.Rollback = rb
 	}
-	rb.Reason, rb.RequestedBy = r.Spec.Rollback.Reason, r.Spec.Rollback.RequestedBy
-	rb.RequestedAt = r.Spec.Rollback.RequestedAt
-	if prev := r.Status.Rollback; rb.RequestedAt == nil && prev != nil && prev.RequestedAt != nil {
+	prev := r.Status.Rollback
+	switch {
+	case r.Spec.Rollback != nil:
+		rb.Reason, rb.RequestedBy, rb.RequestedAt = r.Spec.Rollback.Reason, r.Spec.Rollback.RequestedBy, r.Spec.Rollback.RequestedAt
+	case prev != nil && prev.RequestedBy == "onFailure":
+		rb.Reason, rb.RequestedBy = prev.Reason, prev.RequestedBy // the failure that started it
+	default:
+		var fs []string
+		for _, f := range st.FailedNodes {
+			fs = append(fs, fmt.Sprintf("%s at %s (%s)", f.Name, f.Step, f.Reason))
+		}
+		rb.Reason, rb.RequestedBy = bounded("onFailure: Rollback: failed: "+names(fs), 1024), "onFailure"
+	}
+	if rb.RequestedAt == nil && prev != nil && prev.RequestedAt != nil {
 		rb.RequestedAt = prev.RequestedAt
 	}
 	if rb.RequestedAt == nil {

@@ -69,9 +69,10 @@ type RolloutSpec struct {
 	// no provisioning), bounded by maxUnavailable and soak; nodes that
 	// had not switched stay as they are. It is how `aks-flex-node fleet
 	// rollback NAME --reason TEXT` asks (a spec change, so it has a
-	// generation every node acts on), and what onFailure: Rollback sets.
-	// Once set it cannot be removed: a rolled-back rollout is done; apply
-	// a new rollout to move forward again.
+	// generation every node acts on). onFailure: Rollback rolls back the
+	// same way without it (nodes cannot write the spec): from the first
+	// node Failed at the generation. Once set it cannot be removed: a
+	// rolled-back rollout is done; apply a new rollout to move forward.
 	// +optional
 	Rollback *RollbackRequest `json:"rollback,omitempty"`
 }
@@ -128,10 +129,11 @@ const (
 	// FailurePause keeps the failed node's slot, so no other node starts
 	// while it holds it: the rollout pauses by itself.
 	FailurePause FailurePolicy = "Pause"
-	// FailureRollback pauses as Pause does and then rolls back the whole
-	// rollout: every node already on the release switches back to its
-	// retained side (see spec.rollback), bounded by maxUnavailable and
-	// soak. The status records it with the failed node as its reason.
+	// FailureRollback: the first node Failed at the rollout's generation
+	// turns the whole rollout around, as spec.rollback does: every node
+	// already on the release switches back to its retained side, bounded
+	// by maxUnavailable and soak. The status records it with the failed
+	// node as its reason.
 	FailureRollback FailurePolicy = "Rollback"
 )
 
