@@ -2,9 +2,15 @@ package fleet
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
 // Order is the stable order in which a rollout's nodes go: by the
@@ -48,4 +54,43 @@ func Wave(pos, canary, maxUnavailable int) int {
 		w--
 	}
 	return w
+}
+
+// OrderRow is one node's place in a rollout, as fleet status shows it.
+type OrderRow struct {
+	Node     string
+	Position int // 0-based, in Order
+	Wave     int // 0 is the canaries when there are any
+	Canary   bool
+}
+
+// RolloutOrder is the order r's agents follow over nodes (the selected
+// ones that take part: not held, not managed elsewhere), with each
+// node's wave: what `fleet status` shows so an operator sees who goes
+// next. The same computation as MayStart's.
+func RolloutOrder(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node) ([]OrderRow, error) {
+	sel, err := metav1.LabelSelectorAsSelector(r.Spec.NodeSelector)
+	if err != nil || r.Spec.NodeSelector == nil {
+		return nil, fmt.Errorf("rollout %s: spec.nodeSelector: %v", r.Name, err)
+	}
+	var selected []*corev1.Node
+	for i := range nodes {
+		if sel.Matches(labels.Set(nodes[i].Labels)) {
+			selected = append(selected, &nodes[i])
+		}
+	}
+	v := readWave(r, selected)
+	mu, err := v1alpha1.ResolveMaxUnavailable(r.Spec.Strategy.MaxUnavailable, len(selected))
+	if err != nil {
+		return nil, fmt.Errorf("rollout %s: spec.strategy.maxUnavailable: %w", r.Name, err)
+	}
+	canary, err := v1alpha1.ResolveCanary(r.Spec.Strategy.Canary, len(v.order))
+	if err != nil {
+		return nil, fmt.Errorf("rollout %s: spec.strategy.canary: %w", r.Name, err)
+	}
+	rows := make([]OrderRow, len(v.order))
+	for i, n := range v.order {
+		rows[i] = OrderRow{Node: n, Position: i, Wave: Wave(i, canary, mu), Canary: i < canary}
+	}
+	return rows, nil
 }

@@ -196,3 +196,26 @@ func TestMayStartRollback(t *testing.T) {
 		t.Fatalf("paused rollback: %v start", got)
 	}
 }
+
+func TestRolloutOrder(t *testing.T) {
+	r := gateRollout()
+	ns, order := sixStaged(t, r)
+	ns[0].Labels[HoldLabel] = "true"
+	rows, err := RolloutOrder(r, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.DeleteFunc(slices.Clone(order), func(n string) bool { return n == ns[0].Name })
+	if len(rows) != 5 {
+		t.Fatalf("%d rows, want the 5 not held", len(rows))
+	}
+	for i, row := range rows {
+		// 50% of 6 selected is 3 slots; one canary.
+		if row.Node != want[i] || row.Position != i || row.Canary != (i == 0) || row.Wave != Wave(i, 1, 3) {
+			t.Errorf("row %d: %+v, want %s", i, row, want[i])
+		}
+	}
+	if rows[1].Wave != 1 || rows[4].Wave != 2 {
+		t.Errorf("waves %d, %d", rows[1].Wave, rows[4].Wave)
+	}
+}
