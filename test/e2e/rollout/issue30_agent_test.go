@@ -381,8 +381,12 @@ func TestAgentsOnFailureRollback(t *testing.T) {
 	for _, n := range names {
 		hosts[n] = newBackHost(300 * time.Millisecond)
 	}
-	bad := order[2] // the last to go: two are on the release when it fails
+	// The last to go, so that two are on the release when it fails: last
+	// in the order, and staged last (the order ranks staged nodes; one not
+	// staged yet holds no one back).
+	bad := order[2]
 	hosts[bad].set(func(s *stubHost) {
+		s.stage = 2 * time.Second
 		s.switchErr = &fleet.StepError{Step: fleet.StepSwitch, Reason: "RolledBack", Err: fmt.Errorf("kubelet exited")}
 	})
 	for _, n := range names {

@@ -1,8 +1,11 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/Azure/aks-flex-node/internal/cli"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -114,5 +118,49 @@ func TestRolloutApplyAndRollbackPatch(t *testing.T) {
 	rb, err := rs.Patch(ctx, "x30-plan", types.MergePatchType, []byte(fresh))
 	if err != nil || rb.Spec.Rollback == nil || rb.Spec.Rollback.Reason != "pods crash" || rb.Generation != 3 {
 		t.Fatalf("rollback: %v, %+v", err, rb.Spec.Rollback)
+	}
+}
+
+// TestFleetPlanAndRollbackCommands runs `fleet plan` and `fleet rollback`
+// as an admin would, against the real API server.
+func TestFleetPlanAndRollbackCommands(t *testing.T) {
+	requireE2E(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "rollout.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: flexnode.azure.com/v1alpha1
+kind: FlexNodeRollout
+metadata: {name: x30-cli}
+spec:
+  nodeSelector: {matchLabels: {pool: x30-cli}}
+  release: {kubernetesVersion: v1.35.4}
+  strategy: {mode: Rollout, canary: 1}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, int) {
+		var out bytes.Buffer
+		code := cli.Main(append(args, "--kubeconfig", cp.AdminKubeconfig), &out, &out)
+		return out.String(), code
+	}
+	if out, code := run("fleet", "plan", "-f", file); code != 0 || !strings.Contains(out, "rollout x30-cli applied in mode Plan") {
+		t.Fatalf("fleet plan: exit %d\n%s", code, out)
+	}
+	rs := rolloutsAdmin(t)
+	ro, err := rs.Get(ctx, "x30-cli")
+	if err != nil || ro.Spec.Strategy.Mode != v1alpha1.ModePlan || ro.Spec.Strategy.Canary.IntValue() != 1 {
+		t.Fatalf("after fleet plan: %v, %+v", err, ro.Spec.Strategy)
+	}
+	if out, code := run("fleet", "rollback", "x30-cli", "--reason", "e2e: bad release"); code != 0 || !strings.Contains(out, "rolling back") {
+		t.Fatalf("fleet rollback: exit %d\n%s", code, out)
+	}
+	ro, err = rs.Get(ctx, "x30-cli")
+	if err != nil || ro.Spec.Rollback == nil || ro.Spec.Rollback.Reason != "e2e: bad release" || ro.Spec.Rollback.RequestedAt == nil {
+		t.Fatalf("after fleet rollback: %v, %+v", err, ro.Spec.Rollback)
+	}
+	if out, code := run("fleet", "rollback", "x30-cli", "--reason", "again"); code != 0 || !strings.Contains(out, "already rolling back") || !strings.Contains(out, "e2e: bad release") {
+		t.Errorf("second fleet rollback: exit %d\n%s", code, out)
+	}
+	if out, code := run("fleet", "rollback", "x30-none", "--reason", "x"); code == 0 || !strings.Contains(out, "no rollout x30-none") {
+		t.Errorf("rollback of a missing rollout: exit %d\n%s", code, out)
 	}
 }
