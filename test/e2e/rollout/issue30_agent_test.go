@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/Azure/aks-flex-node/internal/cli"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -416,5 +418,16 @@ func TestAgentsOnFailureRollback(t *testing.T) {
 		t.Errorf("evidence on %s: %+v, %v", bad, e, err)
 	} else {
 		t.Logf("evidence on %s:\n%s", bad, e.Text())
+	}
+	// fleet status shows the order and, for the node, its evidence.
+	var out bytes.Buffer
+	if code := cli.Main([]string{"fleet", "status", "--node", bad, "--kubeconfig", cp.AdminKubeconfig}, &out, &out); code != 0 ||
+		!strings.Contains(out.String(), "evidence of its failure") || !strings.Contains(out.String(), "kubelet exited") {
+		t.Errorf("fleet status --node %s: exit %d\n%s", bad, code, out.String())
+	}
+	out.Reset()
+	if code := cli.Main([]string{"fleet", "status", rollout, "--kubeconfig", cp.AdminKubeconfig}, &out, &out); code != 0 ||
+		!strings.Contains(out.String(), "ORDER") || !strings.Contains(out.String(), "1      "+order[0]) {
+		t.Errorf("fleet status %s: exit %d\n%s", rollout, code, out.String())
 	}
 }
