@@ -65,7 +65,10 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", followRolloutLoop, err)
 	}
-	if _, err := cl.Rollouts.List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+	lctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
+	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{Limit: 1})
+	cancel()
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		f.noFleetWait = min(max(2*f.noFleetWait, time.Minute), noFleetMaxWait)
 		f.nextLook = time.Now().Add(f.noFleetWait)
 		k.Log.Info(followRolloutLoop+": the cluster does not serve FlexNodeRollouts to this node; looking again later",

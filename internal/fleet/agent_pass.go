@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +33,9 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		r, others := Select(a.cache.allRollouts(), n)
 		v := view{rollout: r, rec: a.rec, managedElsewhere: a.ManagedElsewhere}
 		if r != nil {
-			_, v.failedPeers = peers(r, a.cache.allNodes())
+			_, failed := peers(r, a.cache.allNodes())
+			// Its own condition may be a moment behind its Record.
+			v.failedPeers = slices.DeleteFunc(failed, func(name string) bool { return name == n.Name })
 			v.x30 = a.view30(r, n) // issue 30 (plan_agent.go)
 		}
 		act, why := decide(v)
@@ -103,7 +106,7 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 		}
 		return true, 0, a.update(ctx, r, sl, n, a.rec.Step)
 	case actRetry:
-		if held, err := a.stillFailed(ctx); err != nil || held {
+		if held, err := a.stillFailed(ctx, n); err != nil || held {
 			if held {
 				a.log().Info("rollout: resumed, but this node's failed slot is not cleared yet", "slot", a.rec.Slot)
 			}
@@ -137,6 +140,12 @@ func alsoSelected(r *v1alpha1.FlexNodeRollout, others []string) string {
 // when it does not: Updated, Staged, or Failed at stage (no slot taken).
 func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others []string) (bool, time.Duration, error) {
 	rel := r.Spec.Release
+	// Cluster data is input to validate (DESIGN decision 10): the API
+	// server's schema is not the only gate a rollout passes.
+	if errs := v1alpha1.Validate(r); len(errs) > 0 {
+		a.rec.ResumedAt = resumedAt(r)
+		return false, 0, a.report(ctx, PhaseFailed, StepStage, "InvalidRelease", errs.ToAggregate().Error())
+	}
 	running, err := a.Host.Running(ctx, rel)
 	if err != nil {
 		return false, 0, fmt.Errorf("compare the release with what the node runs: %w", err)
@@ -152,7 +161,7 @@ func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others [
 		}
 		step, reason := stepAndReason(err, StepStage, "StageFailed")
 		a.rec.ResumedAt = resumedAt(r)
-		return false, 0, a.report(ctx, PhaseFailed, step, reason, err.Error())
+		return false, 0, a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 	}
 	return true, 0, a.report(ctx, PhaseStaged, "", "", "staged on the inactive side"+alsoSelected(r, others))
 }
@@ -174,6 +183,15 @@ func stepAndReason(err error, step, reason string) (string, string) {
 		}
 	}
 	return step, reason
+}
+
+// failMessage is err for the condition's message: a Host's StepError
+// without its step and reason, which the condition carries already.
+func failMessage(err error) string {
+	if se, ok := err.(*StepError); ok && se.Err != nil {
+		return se.Err.Error()
+	}
+	return err.Error()
 }
 
 // acquire takes (or re-adopts) a slot of r for this node, out of
@@ -213,8 +231,8 @@ func (a *Agent) slotsFor(r *v1alpha1.FlexNodeRollout, n *corev1.Node) *Slots {
 // stillFailed says whether the slot the Record names is still this
 // node's (a resume clears it before it sets resumed-at, so this is a
 // resume that has not finished).
-func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
-	if a.rec.Slot == "" || a.slots == nil {
+func (a *Agent) stillFailed(ctx context.Context, n *corev1.Node) (bool, error) {
+	if a.rec.Slot == "" {
 		return false, nil
 	}
 	list, err := a.conn().Slots.List(ctx)
@@ -226,7 +244,7 @@ func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
 			continue
 		}
 		h, _ := ParseHolder(holderOf(&l))
-		return h.Node == a.slots.Holder.Node && h.UID == a.slots.Holder.UID, nil
+		return h.Node == n.Name && h.UID == n.UID, nil
 	}
 	return false, nil
 }

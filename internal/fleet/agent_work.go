@@ -75,25 +75,13 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 	return err
 }
 
-// switchTo runs the Host's switch; a resumed switch (the agent stopped
-// mid-switch; the repave's own recovery put the node on one side) first
-// looks whether the node runs the release already.
+// switchTo runs the Host's switch. A resumed switch (the agent stopped
+// mid-switch; the repave's own recovery puts the node on one side), and
+// each try after the node was busy (that recovery, or another command,
+// held the node lock), first looks whether the node runs the release
+// already.
 func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from string, drainTimeout time.Duration) error {
 	rel := r.Spec.Release
-	if from != "" {
-		running, err := a.Host.Running(ctx, rel)
-		if err != nil {
-			return fmt.Errorf("compare the release with what the node runs: %w", err)
-		}
-		if running {
-			a.log().Info("rollout: the interrupted switch had finished; soaking", "rollout", r.Name)
-			a.rec.Applied = a.applied(r)
-			return nil
-		}
-	}
-	if err := a.report(ctx, PhaseUpdating, StepDrain, "", fmt.Sprintf("holds slot %s; cordon and drain (up to %s)", a.rec.Slot, drainTimeout)); err != nil {
-		a.log().Warn("rollout: report the drain", "error", err)
-	}
 	pctx := context.WithValue(ctx, progressKey{}, func(step string) {
 		if step != a.rec.Step {
 			if err := a.report(ctx, PhaseUpdating, step, "", "holds slot "+a.rec.Slot); err != nil {
@@ -101,7 +89,21 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 			}
 		}
 	})
-	for {
+	for look := from != ""; ; look = true {
+		if look {
+			running, err := a.Host.Running(ctx, rel)
+			if err != nil {
+				return fmt.Errorf("compare the release with what the node runs: %w", err)
+			}
+			if running {
+				a.log().Info("rollout: the node runs the release (an interrupted switch had finished); soaking", "rollout", r.Name)
+				a.rec.Applied = a.applied(r)
+				return a.save()
+			}
+		}
+		if err := a.report(ctx, PhaseUpdating, StepDrain, "", fmt.Sprintf("holds slot %s; cordon and drain (up to %s)", a.rec.Slot, drainTimeout)); err != nil {
+			a.log().Warn("rollout: report the drain", "error", err)
+		}
 		err := a.Host.Switch(pctx, rel, drainTimeout)
 		// The node's credential is the serving machine's: after a switch
 		// (or its rollback) the clients are made again.
@@ -123,6 +125,9 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 	}
 }
 
+// probeTimeout bounds one soak probe.
+const probeTimeout = time.Minute
+
 // soak asks Healthy at once and every probe interval for d: every answer
 // must be healthy. A restarted agent soaks d again from its restart: a
 // window it did not watch proves nothing.
@@ -136,7 +141,12 @@ func (a *Agent) soak(ctx context.Context, d time.Duration) error {
 	}
 	deadline := time.Now().Add(d)
 	for {
-		if err := a.Host.Healthy(ctx); err != nil {
+		// A probe that hangs (a machine's systemd that does not answer)
+		// is a probe that failed, not a soak that never ends.
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := a.Host.Healthy(pctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -217,7 +227,7 @@ func (a *Agent) fail(ctx, wctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 		a.log().Warn("rollout: mark the slot failed", "slot", sl.Lease.Name, "error", ferr)
 	}
 	a.attachEvidence(ctx, step, reason, err) // issue 30: evidence on failure (evidence_agent.go)
-	return a.report(ctx, PhaseFailed, step, reason, err.Error())
+	return a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 }
 
 // release frees the slot, trying a few times (a release that never

@@ -107,8 +107,16 @@ func labelledNode(t *testing.T, rollout, name string) types.UID {
 // as asNode makes it) with host h, until the test ends.
 func startAgent(t *testing.T, ctx context.Context, name string, h fleet.Host) {
 	t.Helper()
-	cfg := asNode(name)
-	connect := func() (fleet.Clients, error) {
+	launchAgent(t, ctx, &fleet.Agent{NodeName: name, Host: h, RecordPath: filepath.Join(t.TempDir(), "rollout.json"), BootID: "boot-" + name})
+}
+
+// launchAgent runs a until the test ends or stop is called (which waits
+// for it), with the clients of its Node's credential and the test's
+// timings filled in.
+func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()) {
+	t.Helper()
+	cfg := asNode(a.NodeName)
+	a.Connect = func() (fleet.Clients, error) {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return fleet.Clients{}, err
@@ -123,18 +131,22 @@ func startAgent(t *testing.T, ctx context.Context, name string, h fleet.Host) {
 		}
 		return fleet.Clients{Nodes: cs.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", name)
-	a := &fleet.Agent{NodeName: name, Host: h, Connect: connect, RecordPath: filepath.Join(t.TempDir(), "rollout.json"),
-		BootID: "boot-" + name, SlotTTL: 10 * time.Second, Retry: time.Second, Log: log}
+	a.SlotTTL, a.Retry = 10*time.Second, time.Second
+	a.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", a.NodeName)
 	done := make(chan error, 1)
 	actx, cancel := context.WithCancel(ctx)
 	go func() { done <- a.Run(actx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("agent %s: %v", name, err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("agent %s: %v", a.NodeName, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 type testWriter struct{ t *testing.T }
@@ -155,12 +167,13 @@ type phaseWatch struct {
 	peakUpdate  int
 	peakSlots   int
 	slotHolders map[string]bool // every node that held a slot
+	holderIDs   map[string]bool // every holder identity seen
 	err         error
 }
 
 func watchRollout(t *testing.T, ctx context.Context, rollout string) *phaseWatch {
 	t.Helper()
-	pw := &phaseWatch{phase: map[string]fleet.NodeRelease{}, updatingAt: map[string]time.Time{}, slotHolders: map[string]bool{}}
+	pw := &phaseWatch{phase: map[string]fleet.NodeRelease{}, updatingAt: map[string]time.Time{}, slotHolders: map[string]bool{}, holderIDs: map[string]bool{}}
 	w, err := cp.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "e2e-rollout=" + rollout})
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +237,7 @@ func (pw *phaseWatch) sawSlots(holders map[string][]string) {
 	n := 0
 	for h, names := range holders {
 		n += len(names)
+		pw.holderIDs[h] = true
 		if hh, ok := fleet.ParseHolder(h); ok {
 			pw.slotHolders[hh.Node] = true
 		}
@@ -277,6 +291,7 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 		names = append(names, name)
 	}
 	pw := watchRollout(t, ctx, rollout)
+	startCandidate(t, names[0]) // the elected status writer, as the agents run it
 	began := time.Now()
 	createRollout(t, rollout, 2, "1s")
 	for _, n := range names {
@@ -284,6 +299,10 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 	}
 	pw.waitFor(t, 60*time.Second, "all Updated", allIn(names, fleet.PhaseUpdated))
 	t.Logf("6 nodes Updated %v after the rollout was created (maxUnavailable 2, switch 1 s, soak 1 s)", time.Since(began).Round(time.Millisecond))
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Complete", "fnr/"+rollout, "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Complete: %v: %s", err, out)
+	}
+	t.Logf("Complete %v after the rollout was created", time.Since(began).Round(time.Millisecond))
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.err != nil {
@@ -321,6 +340,7 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 		labelledNode(t, rollout, n)
 	}
 	pw := watchRollout(t, ctx, rollout)
+	startCandidate(t, names[1])
 	createRollout(t, rollout, 2, "1s")
 	rolledBack := &fleet.StepError{Step: fleet.StepSwitch, Reason: "RolledBack", Err: errors.New("rolled back: machine kube2 did not become Ready")}
 	// The bad node stages first, so it is among the first two, and it
@@ -361,11 +381,20 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 	if len(late) > 0 {
 		t.Errorf("nodes started after %s failed: %v", names[0], late)
 	}
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Paused", "fnr/"+rollout, "--timeout=30s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Paused: %v: %s", err, out)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "get", "fnr", rollout, "-o", `jsonpath={.status.failedNodes[*].name} {.status.conditions[?(@.type=="Paused")].message}`); err != nil || !strings.Contains(string(out), names[0]) {
+		t.Errorf("the rollout's status does not name %s: %s %v", names[0], out, err)
+	}
 	slot := failedSlot(t, rollout, names[0])
 	// fleet resume: clear the failed slot, then set resumed-at.
 	bad.set(func(h *stubHost) { h.switchErr = nil })
 	resume(t, rollout, slot)
 	pw.waitFor(t, 60*time.Second, "all Updated after the resume", allIn(names, fleet.PhaseUpdated))
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Complete", "fnr/"+rollout, "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Complete after the resume: %v: %s", err, out)
+	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.peakUpdate > 2 || pw.peakSlots > 2 {

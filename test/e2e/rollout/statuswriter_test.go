@@ -41,26 +41,29 @@ const (
 type candidate struct {
 	node   string
 	cut    atomic.Bool
+	sent   atomic.Int64 // requests sent
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 type cutTransport struct {
-	rt  http.RoundTripper
-	cut *atomic.Bool
+	rt   http.RoundTripper
+	cut  *atomic.Bool
+	sent *atomic.Int64
 }
 
 func (c cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if c.cut.Load() {
 		return nil, errors.New("network cut by the test")
 	}
+	c.sent.Add(1)
 	return c.rt.RoundTrip(r)
 }
 
 func startCandidate(t *testing.T, node string) *candidate {
 	c := &candidate{node: node, done: make(chan struct{})}
 	cfg := asNode(node)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, &c.cut} }
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, &c.cut, &c.sent} }
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("candidate", node)
 	w := &daemon.RolloutStatusWriter{NodeName: node, Log: log, LeaseDuration: swLease,
 		Config:   func() (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
@@ -226,6 +229,32 @@ func TestStatusWriterElectedAndTakenOver(t *testing.T) {
 		t.Errorf("after sw-b failed: %+v", st)
 	}
 	checkFailedEvent(t, ctx)
+
+	// The second writer stops (its agent is stopped): it releases the
+	// lock, and the last candidate takes over at its next look, well
+	// before a lease duration.
+	var third string
+	for _, n := range names {
+		if n != first && n != second {
+			third = n
+		}
+	}
+	before := cands[third].sent.Load()
+	t.Logf("%s, a candidate that never led, sent %d requests in %v (candidate period %v)", third, before, time.Since(start).Round(time.Millisecond), swCandidate)
+	stopped := time.Now()
+	cands[second].cancel()
+	<-cands[second].done
+	for writer(ctx) != third && time.Since(stopped) < 10*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w := writer(ctx); w != third {
+		t.Fatalf("the writer after %s stopped: %q, want %s", second, w, third)
+	}
+	if took := time.Since(stopped); took >= swLease {
+		t.Errorf("%s took over %v after %s stopped and released: not before a lease duration (%v)", third, took, second, swLease)
+	} else {
+		t.Logf("%s took over %v after %s stopped and released the lock", third, took.Round(time.Millisecond), second)
+	}
 	pauseAndResume(t, ctx, uids["sw-b"])
 	waitComplete(t, ctx)
 }
