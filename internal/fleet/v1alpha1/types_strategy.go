@@ -134,6 +134,7 @@ type StatusExtras struct {
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=253
 	HeldNodes []string `json:"heldNodes,omitempty"`
 
 	// Plan is the verdicts of a rollout in mode Plan.
