@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -23,8 +24,8 @@ const maxActions = 6
 
 // pass decides and acts until there is nothing to do but wait for the
 // next change; it returns how long to wait at most before the next pass
-// (0: only a change starts one).
-func (a *Agent) pass(ctx context.Context) time.Duration {
+// (0: only a change starts one). fired is a pass the retry timer started.
+func (a *Agent) pass(ctx context.Context, fired bool) time.Duration {
 	for range maxActions {
 		n := a.cache.node(a.NodeName)
 		if n == nil {
@@ -46,7 +47,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		if act == actWait {
 			return v.x30.retry(a.now()) // issue 30: a window's opening wakes it (plan_agent.go)
 		}
-		again, wait, err := a.do(ctx, act, r, others, n)
+		again, wait, err := a.do(ctx, act, r, others, n, fired)
 		if ctx.Err() != nil {
 			return 0
 		}
@@ -70,7 +71,7 @@ func nameOf(r *v1alpha1.FlexNodeRollout) string {
 
 // do carries out act; again says decide once more at once, wait how long
 // to wait otherwise.
-func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node) (again bool, wait time.Duration, err error) {
+func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node, fired bool) (again bool, wait time.Duration, err error) {
 	switch act {
 	case actHeld, actRollback: // issue 30 (plan_agent.go)
 		return a.do30(ctx, act, r, n)
@@ -87,6 +88,9 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 		a.adopt(r)
 		return a.start(ctx, r, others)
 	case actTakeSlot:
+		if !fired && !a.mayBeFree(ctx, r) {
+			return false, a.retryAfter(), nil
+		}
 		sl, err := a.acquire(ctx, r, n)
 		if errors.Is(err, ErrNoSlot) {
 			return false, a.retryAfter(), nil
@@ -194,13 +198,65 @@ func failMessage(err error) string {
 	return err.Error()
 }
 
-// acquire takes (or re-adopts) a slot of r for this node, out of
-// maxUnavailable resolved against the Nodes r selects.
-func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *corev1.Node) (*Slot, error) {
+// maxSlots is r's maxUnavailable resolved against the Nodes r selects.
+func (a *Agent) maxSlots(r *v1alpha1.FlexNodeRollout) (int, error) {
 	selected, _ := peers(r, a.cache.allNodes())
 	max, err := v1alpha1.ResolveMaxUnavailable(r.Spec.Strategy.MaxUnavailable, selected)
 	if err != nil {
-		return nil, fmt.Errorf("rollout %s: spec.strategy.maxUnavailable: %w", r.Name, err)
+		return 0, fmt.Errorf("rollout %s: spec.strategy.maxUnavailable: %w", r.Name, err)
+	}
+	return max, nil
+}
+
+// mayBeFree says whether a change-started pass should ask for a slot of
+// r: not while the Nodes show every slot in use (nodes Updating, or
+// Failed past stage, in r); else after a random wait of up to Spread,
+// if they still do not. The Nodes are a hint, never the judge (Acquire
+// is): a node between its slot and its first report is not counted, and
+// a holder that died still is, which is why the retry timer's passes ask
+// regardless.
+func (a *Agent) mayBeFree(ctx context.Context, r *v1alpha1.FlexNodeRollout) bool {
+	max, err := a.maxSlots(r)
+	if err != nil {
+		return true // Acquire says why
+	}
+	if a.inUse(r) >= max {
+		return false
+	}
+	spread := a.Spread
+	if spread == 0 {
+		spread = DefaultSpread
+	}
+	if spread <= 0 {
+		return true
+	}
+	if !sleep(ctx, rand.N(spread)) {
+		return false
+	}
+	return a.inUse(r) < max
+}
+
+// inUse counts the Nodes whose condition says they hold a slot of r.
+func (a *Agent) inUse(r *v1alpha1.FlexNodeRollout) int {
+	n := 0
+	for _, node := range a.cache.allNodes() {
+		nr, ok, err := ReadNodeRelease(node)
+		if !ok || err != nil || nr.Rollout != r.Name {
+			continue
+		}
+		if nr.Phase == PhaseUpdating || (nr.Phase == PhaseFailed && nr.Step != StepStage && nr.Reason != "SlotLost") {
+			n++
+		}
+	}
+	return n
+}
+
+// acquire takes (or re-adopts) a slot of r for this node, out of
+// maxUnavailable resolved against the Nodes r selects.
+func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *corev1.Node) (*Slot, error) {
+	max, err := a.maxSlots(r)
+	if err != nil {
+		return nil, err
 	}
 	s := a.slotsFor(r, n)
 	sl, err := s.Acquire(ctx, max)
