@@ -42,6 +42,7 @@ func newFleetCommand() *cobra.Command {
 	var kubeconfig string
 	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then ~/.kube/config)")
 	cmd.AddCommand(newFleetStatusCommand(&kubeconfig), newFleetPauseCommand(&kubeconfig), newFleetResumeCommand(&kubeconfig))
+	cmd.AddCommand(newFleetPlanCommand(&kubeconfig), newFleetRollbackCommand(&kubeconfig)) // issue 30 (fleet_plan.go, fleet_rollback.go)
 	return cmd
 }
 

@@ -21,7 +21,7 @@ import (
 )
 
 func newFleetStatusCommand(kubeconfig *string) *cobra.Command {
-	var output string
+	var output, node string
 	cmd := &cobra.Command{
 		Use:   "status [NAME] [-o text|json]",
 		Short: "Show each rollout (or NAME): its counts, conditions and nodes",
@@ -35,7 +35,14 @@ The counts and conditions are the status the elected agent wrote; the node
 rows are read now. A node reporting an older generation of the rollout shows
 that generation; one reporting nothing for this rollout shows "-".
 
--o json prints the same as one JSON document.`,
+-o json prints the same as one JSON document.
+
+With issue 30's strategy it shows the mode, the plan's verdicts, the held
+nodes, a rollback, when the next maintenance window opens and the order (and
+wave) in which the nodes go. --node NAME shows that Node's own report and the
+evidence it attached to its last failure (the step, the error, the timings,
+the end of the failed side's kubelet and containerd journals, redacted, and
+the path of the debug bundle on the host).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -47,6 +54,9 @@ that generation; one reporting nothing for this rollout shows "-".
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 			defer cancel()
+			if node != "" { // issue 30 (fleet_status_issue30.go)
+				return writeNodeEvidence(ctx, c, cmd.OutOrStdout(), node)
+			}
 			views, err := readFleet(ctx, c, args)
 			if err != nil {
 				return err
@@ -61,6 +71,7 @@ that generation; one reporting nothing for this rollout shows "-".
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&node, "node", "", "show Node NAME's own report and the evidence of its last failure")
 	return cmd
 }
 
@@ -72,6 +83,7 @@ type rolloutView struct {
 	ResumedAt  string                 `json:"resumedAt,omitempty"`
 	Status     v1alpha1.RolloutStatus `json:"status"`
 	Nodes      []nodeView             `json:"nodes"`
+	status30                          // issue 30: mode and order (fleet_status_issue30.go)
 }
 
 // nodeView is one selected node's own report.
@@ -156,6 +168,7 @@ func viewOf(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, slots map[string]s
 		v.Nodes = append(v.Nodes, nv)
 	}
 	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Name < v.Nodes[j].Name })
+	v.status30 = statusExtrasOf(r, nodes) // issue 30 (fleet_status_issue30.go)
 	return v, nil
 }
 
@@ -189,6 +202,7 @@ func writeFleet(out io.Writer, views []rolloutView) {
 		if v.ResumedAt != "" {
 			fmt.Fprintf(out, "  last resumed at %s\n", v.ResumedAt)
 		}
+		writeStatus30(out, v) // issue 30 (fleet_status_issue30.go)
 		writeNodes(out, v)
 	}
 }

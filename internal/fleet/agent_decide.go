@@ -32,6 +32,9 @@ const (
 )
 
 func (a action) String() string {
+	if s, ok := actionName30(a); ok { // issue 30 (plan_agent.go)
+		return s
+	}
 	return [...]string{"wait", "forget", "managed-elsewhere", "start", "take-slot", "resume", "retry"}[a]
 }
 
@@ -44,6 +47,7 @@ type view struct {
 	// failedPeers are the selected Nodes that report Failed at the
 	// rollout's generation.
 	failedPeers []string
+	x30         view30 // issue 30: hold, rollback, the start gate (plan_agent.go)
 }
 
 // decide is the agent's decision table: pure, so it is tested on its own.
@@ -60,6 +64,9 @@ func decide(v view) (action, string) {
 			return actWait, "managed by its AKS Machine"
 		}
 		return actManagedElsewhere, "the config names an AKS Machine: AKS drives its disruption"
+	}
+	if act, why, ok := decide30(v); ok { // issue 30 (plan_agent.go)
+		return act, why
 	}
 	if rec.UID != r.UID {
 		if rec.Phase == PhaseUpdating && rec.Rollout == r.Name {

@@ -37,6 +37,7 @@ func (a *Agent) pass(ctx context.Context, fired bool) time.Duration {
 			_, failed := peers(r, a.cache.allNodes())
 			// Its own condition may be a moment behind its Record.
 			v.failedPeers = slices.DeleteFunc(failed, func(name string) bool { return name == n.Name })
+			v.x30 = a.view30(r, n) // issue 30 (plan_agent.go)
 		}
 		act, why := decide(v)
 		if line := act.String() + ": " + why; line != a.lastLog {
@@ -44,7 +45,7 @@ func (a *Agent) pass(ctx context.Context, fired bool) time.Duration {
 			a.log().Info("rollout: "+why, "action", act.String(), "rollout", nameOf(r), "phase", a.rec.Phase)
 		}
 		if act == actWait {
-			return 0
+			return v.x30.retry(a.now()) // issue 30: a window's opening wakes it (plan_agent.go)
 		}
 		again, wait, err := a.do(ctx, act, r, others, n, fired)
 		if ctx.Err() != nil {
@@ -72,6 +73,8 @@ func nameOf(r *v1alpha1.FlexNodeRollout) string {
 // to wait otherwise.
 func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node, fired bool) (again bool, wait time.Duration, err error) {
 	switch act {
+	case actHeld, actRollback: // issue 30 (plan_agent.go)
+		return a.do30(ctx, act, r, n)
 	case actForget:
 		a.rec = Record{Applied: a.rec.Applied}
 		a.slot = nil

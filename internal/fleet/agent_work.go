@@ -226,6 +226,7 @@ func (a *Agent) fail(ctx, wctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	if ferr := a.slots.Fail(ctx, sl, step, reason); ferr != nil {
 		a.log().Warn("rollout: mark the slot failed", "slot", sl.Lease.Name, "error", ferr)
 	}
+	a.attachEvidence(ctx, step, reason, err) // issue 30: evidence on failure (evidence_agent.go)
 	return a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 }
 

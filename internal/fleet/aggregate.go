@@ -22,7 +22,8 @@ const maxFailedNodes = 1000
 // selected), each selected node's FlexNodeRelease condition counted only
 // when it is about r at r's generation (a node still reporting an older
 // generation has not started this one). Complete is True only when every
-// selected node is Updated at r's generation, and never for a selector
+// selected node is Updated at r's generation (held nodes aside unless
+// strategy.requireAll; plan and rollback: plan.go), and never for a selector
 // that picks no node (a typo must not read as done). Paused is True when
 // spec.paused is set or any node failed. Conditions keep their
 // LastTransitionTime while their status holds. Pure: the caller reads and
@@ -49,6 +50,9 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 			elsewhere++
 			continue
 		}
+		if countHeld(&st, r, n) { // issue 30 (plan.go)
+			continue
+		}
 		rel, ok, err := ReadNodeRelease(n)
 		if err != nil {
 			unreadable = append(unreadable, n.Name)
@@ -67,6 +71,8 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 		case PhaseFailed:
 			st.Failed++
 			st.FailedNodes = append(st.FailedNodes, v1alpha1.FailedNode{Name: n.Name, Step: rel.Step, Reason: rel.Reason, Message: bound(rel.Message)})
+		case PhaseRolledBack: // issue 30 (plan.go)
+			countRolledBack(&st, rel)
 		}
 	}
 	sort.Slice(st.FailedNodes, func(i, j int) bool { return st.FailedNodes[i].Name < st.FailedNodes[j].Name })
@@ -78,6 +84,7 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 		st.ManagedElsewhere = st.ManagedElsewhere[:maxFailedNodes]
 	}
 	setConditions(&st, r, unreadable, elsewhere, now)
+	finishExtras(&st, r, elsewhere, now) // issue 30 (plan.go)
 	return st, nil
 }
 
@@ -108,7 +115,8 @@ func setConditions(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, unre
 	// hold Complete back; a selector that picks only such nodes is not
 	// complete either (nothing here updated anything).
 	inRollout := st.Selected - elsewhere
-	complete := inRollout > 0 && st.Updated == inRollout
+	need := required(st, r, elsewhere) // issue 30: held nodes count only under requireAll (plan.go)
+	complete := need > 0 && st.Updated >= need
 	noNodes := "spec.nodeSelector picks no Node"
 	if elsewhere > 0 {
 		noNodes = "spec.nodeSelector picks only Nodes managed elsewhere: " + names(st.ManagedElsewhere)

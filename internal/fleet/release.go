@@ -96,8 +96,9 @@ func ReadNodeRelease(n *corev1.Node) (r NodeRelease, ok bool, err error) {
 		}
 		switch p := Phase(c.Reason); p {
 		case PhaseStaged, PhaseUpdating, PhaseUpdated, PhaseFailed, PhaseManagedElsewhere:
+		case PhaseHeld, PhaseRolledBack: // issue 30 (phase_held.go)
 		default:
-			return NodeRelease{}, true, fmt.Errorf("node %s: condition %s: reason %q is not a phase (Staged, Updating, Updated, Failed, ManagedElsewhere)", n.Name, ConditionType, c.Reason)
+			return NodeRelease{}, true, fmt.Errorf("node %s: condition %s: reason %q is not a phase (Staged, Updating, Updated, Failed, ManagedElsewhere, Held, RolledBack)", n.Name, ConditionType, c.Reason)
 		}
 		return NodeRelease{Rollout: m[1], Generation: gen, Phase: Phase(c.Reason), Step: m[3], Reason: m[4],
 			Message: m[5], Since: c.LastTransitionTime.Time}, true, nil

@@ -18,6 +18,8 @@ import (
 // +kubebuilder:printcolumn:name="Updating",type=integer,JSONPath=`.status.updating`
 // +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updated`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failed`
+// +kubebuilder:printcolumn:name="Held",type=integer,JSONPath=`.status.held`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.strategy.mode`,priority=1
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FlexNodeRollout struct {
@@ -38,6 +40,8 @@ type FlexNodeRolloutList struct {
 }
 
 // RolloutSpec is the goal: which nodes, what release, how fast.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.rollback) || has(self.rollback)",message="spec.rollback cannot be removed: apply a new rollout to move forward again"
 type RolloutSpec struct {
 	// NodeSelector picks the Nodes this rollout applies to, by label. An
 	// empty selector ({}) selects every Node; it is required so that
@@ -59,6 +63,18 @@ type RolloutSpec struct {
 	// finish (or roll back) and release their slots as usual.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// Rollback, when set, turns the rollout around: every selected node
+	// that runs the release switches back to its retained side (no fetch,
+	// no provisioning), bounded by maxUnavailable and soak; nodes that
+	// had not switched stay as they are. It is how `aks-flex-node fleet
+	// rollback NAME --reason TEXT` asks (a spec change, so it has a
+	// generation every node acts on). onFailure: Rollback rolls back the
+	// same way without it (nodes cannot write the spec): from the first
+	// node Failed at the generation. Once set it cannot be removed: a
+	// rolled-back rollout is done; apply a new rollout to move forward.
+	// +optional
+	Rollback *RollbackRequest `json:"rollback,omitempty"`
 }
 
 // Release is one version of the node's parts. At least one is set.
@@ -106,12 +122,20 @@ type AgentRelease struct {
 
 // FailurePolicy is what a rollout does when a node fails.
 //
-// +kubebuilder:validation:Enum=Pause
+// +kubebuilder:validation:Enum=Pause;Rollback
 type FailurePolicy string
 
-// FailurePause keeps the failed node's slot, so no other node starts
-// while it holds it: the rollout pauses by itself.
-const FailurePause FailurePolicy = "Pause"
+const (
+	// FailurePause keeps the failed node's slot, so no other node starts
+	// while it holds it: the rollout pauses by itself.
+	FailurePause FailurePolicy = "Pause"
+	// FailureRollback: the first node Failed at the rollout's generation
+	// turns the whole rollout around, as spec.rollback does: every node
+	// already on the release switches back to its retained side, bounded
+	// by maxUnavailable and soak. The status records it with the failed
+	// node as its reason.
+	FailureRollback FailurePolicy = "Rollback"
+)
 
 // Strategy is how many nodes switch at once and how long each must prove
 // itself.
@@ -145,6 +169,10 @@ type Strategy struct {
 	// +optional
 	// +kubebuilder:default=Pause
 	OnFailure FailurePolicy `json:"onFailure,omitempty"`
+
+	// The fields of issue 30 (mode, canary, windows, requireAll) are in
+	// types_strategy.go so the type change stays in one place.
+	StrategyExtras `json:",inline"`
 }
 
 // RolloutStatus is the rollout as its nodes report it, aggregated by one
@@ -186,6 +214,10 @@ type RolloutStatus struct {
 	// +kubebuilder:validation:MaxItems=1000
 	// +kubebuilder:validation:items:MaxLength=253
 	ManagedElsewhere []string `json:"managedElsewhere,omitempty"`
+
+	// The fields of issue 30 (held nodes, the plan's verdicts, the
+	// rollback, the next window) are in types_strategy.go.
+	StatusExtras `json:",inline"`
 
 	// Conditions are Progressing, Paused and Complete.
 	// +optional

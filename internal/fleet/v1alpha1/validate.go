@@ -44,6 +44,7 @@ func Validate(r *FlexNodeRollout) field.ErrorList {
 	}
 	errs = append(errs, validateRelease(&r.Spec.Release, spec.Child("release"))...)
 	errs = append(errs, validateStrategy(&r.Spec.Strategy, spec.Child("strategy"))...)
+	errs = append(errs, validateRollback(r.Spec.Rollback, spec.Child("rollback"))...) // validate_strategy.go
 	return errs
 }
 
@@ -88,10 +89,11 @@ func validateStrategy(s *Strategy, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("drainTimeout"), s.DrainTimeout.Duration.String(), "must be positive"))
 	}
 	switch s.OnFailure {
-	case "", FailurePause:
+	case "", FailurePause, FailureRollback:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("onFailure"), s.OnFailure, []FailurePolicy{FailurePause}))
+		errs = append(errs, field.NotSupported(p.Child("onFailure"), s.OnFailure, []FailurePolicy{FailurePause, FailureRollback}))
 	}
+	errs = append(errs, validateStrategyExtras(&s.StrategyExtras, p)...) // validate_strategy.go
 	return errs
 }
 
