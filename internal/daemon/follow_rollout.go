@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/Azure/aks-flex-node/internal/config"
@@ -33,12 +32,8 @@ type RolloutFollower struct {
 	Config *config.Config
 	Events *events.Recorder
 
-	noFleetWait time.Duration
-	nextLook    time.Time
+	noFleet noFleet
 }
-
-// noFleetMaxWait bounds the wait between looks at a cluster with no fleet.
-const noFleetMaxWait = 30 * time.Minute
 
 // FollowRollout is the loop; it needs the API server.
 func FollowRollout(f *RolloutFollower) Loop {
@@ -56,7 +51,7 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	if err != nil || a == nil || a.NodeName == "" {
 		return err
 	}
-	if time.Now().Before(f.nextLook) {
+	if !f.noFleet.due(time.Now()) {
 		return nil
 	}
 	connect := rolloutClients(f.Config, k.Layout)
@@ -67,16 +62,15 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
 	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{Limit: 1})
 	cancel()
-	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-		f.noFleetWait = min(max(2*f.noFleetWait, time.Minute), noFleetMaxWait)
-		f.nextLook = time.Now().Add(f.noFleetWait)
+	if notServed(err) {
+		wait := f.noFleet.absent(time.Now())
 		k.Log.Info(followRolloutLoop+": the cluster does not serve FlexNodeRollouts to this node; looking again later",
-			"fix", "aks-flex-node cluster prepare --fleet", "error", err, "next-look-in", f.noFleetWait)
+			"fix", "aks-flex-node cluster prepare --fleet", "error", err, "next-look-in", wait)
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("%s: list the rollouts: %w", followRolloutLoop, err)
 	}
-	f.noFleetWait = 0
+	f.noFleet.present()
 	// A node that follows an AKS Machine (in ARM, or through the
 	// cluster) is AKS's to disrupt: it never takes a slot.
 	managed := f.Config.HasMachine()

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -44,6 +43,8 @@ type RolloutStatusWriter struct {
 	// package's defaults (tests shorten them).
 	LeaseDuration time.Duration
 	Election      fleet.Election
+
+	noFleet noFleet
 }
 
 // WriteRolloutStatus is the loop; it needs the API server.
@@ -55,9 +56,13 @@ func WriteRolloutStatus(w *RolloutStatusWriter) Loop {
 // elected write their status, until the lock is lost (an error: the
 // next pass campaigns again) or ctx ends. A cluster without a rollout
 // costs a list from the watch cache and then one watch, until a rollout
-// is created or the server ends the watch (minutes); one without the CRD
-// (`cluster prepare --fleet` not applied) a list per pass.
+// is created or the server ends the watch (minutes); one that does not
+// serve the rollouts to nodes (`cluster prepare --fleet` not applied: no
+// CRD, or no RBAC) a list after a doubling wait (noFleet).
 func (w *RolloutStatusWriter) Term(ctx context.Context) error {
+	if !w.noFleet.due(time.Now()) {
+		return nil
+	}
 	cfg, err := w.Config()
 	if err != nil {
 		return fmt.Errorf("the node's credential: %w", err)
@@ -74,15 +79,20 @@ func (w *RolloutStatusWriter) Term(ctx context.Context) error {
 	}
 	list, err := ro.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil // no FlexNodeRollout CRD: nothing to write
+	case notServed(err):
+		wait := w.noFleet.absent(time.Now())
+		w.Log.Info(writeRolloutStatusLoop+": the cluster does not serve FlexNodeRollouts to this node; looking again later",
+			"fix", "aks-flex-node cluster prepare --fleet", "error", err, "next-look-in", wait)
+		return nil
 	case err != nil:
 		return fmt.Errorf("list rollouts: %w", err)
 	case len(list.Items) == 0:
+		w.noFleet.present()
 		if created, err := waitForRollout(ctx, ro, list.ResourceVersion); err != nil || !created {
 			return err
 		}
 	}
+	w.noFleet.present()
 	lease := w.LeaseDuration
 	if lease <= 0 {
 		lease = fleet.DefaultLeaseDuration

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -102,5 +103,40 @@ func TestAgentIsAStatusWriterCandidate(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d %s loops, want 1", n, writeRolloutStatusLoop)
+	}
+}
+
+// A cluster where `cluster prepare --fleet` was not applied answers a
+// node's list of the rollouts with 403 (the authorizer answers before the
+// resource is looked up) or 404: the loop passes (the agent stays healthy)
+// and looks again only after its wait, not at every pass.
+func TestWriteRolloutStatusWaitsOnAClusterWithoutTheFleet(t *testing.T) {
+	for _, code := range []int{http.StatusForbidden, http.StatusNotFound} {
+		var mu sync.Mutex
+		lists := 0
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			lists++
+			mu.Unlock()
+			reason := map[int]string{403: "Forbidden", 404: "NotFound"}[code]
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d}`, reason, code)
+		}))
+		w := &RolloutStatusWriter{NodeName: "n1", Log: slog.New(slog.DiscardHandler),
+			Config: func() (*rest.Config, error) { return &rest.Config{Host: srv.URL}, nil }}
+		for range 3 {
+			if err := w.Term(context.Background()); err != nil {
+				t.Fatalf("%d: pass: %v", code, err)
+			}
+		}
+		srv.Close()
+		if lists != 1 || w.noFleet.wait != time.Minute {
+			t.Errorf("%d: %d lists in 3 passes, wait %v; want 1 list, then a 1m wait", code, lists, w.noFleet.wait)
+		}
+		w.noFleet.next = time.Now() // the wait is over
+		if d := w.noFleet.absent(time.Now()); d != 2*time.Minute {
+			t.Errorf("%d: the second wait is %v, want it doubled to 2m", code, d)
+		}
 	}
 }
