@@ -43,6 +43,10 @@ type MachineFollower struct {
 	ARM func() (*machineapi.Client, error)
 	// Client is the node's own client (its credential).
 	Client func() (kubeclient.Interface, error)
+	// Nodes, when set, is the agent's shared Node informer, which the
+	// pass reads its Node from (nil: a Get per pass). ARM, unlike the
+	// Node, has no watch: the Machine is polled each pass.
+	Nodes *NodeInformer
 	// Repave runs the existing blue/green repave (and its rollback) to
 	// config c, the goal over the file; it takes the node lock itself.
 	Repave func(ctx context.Context, c *config.Config) error
@@ -175,7 +179,7 @@ func (f *MachineFollower) observe(ctx context.Context, cl *machineapi.Client, ar
 		obs.Machine, armErr = cl.Get(ctx)
 	}
 	obs.ARMError = armErr
-	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := f.node(ctx, cs, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return obs, nil, nil
@@ -185,4 +189,22 @@ func (f *MachineFollower) observe(ctx context.Context, cl *machineapi.Client, ar
 	obs.NodeDeletionTaint = deleting(n)
 	obs.NodeExists = rec.NodeUID == "" || string(n.UID) == rec.NodeUID
 	return obs, n, nil
+}
+
+// node is the node's Node: from the shared informer when the agent has
+// one (a NotFound when the cache has none), else from the API server.
+func (f *MachineFollower) node(ctx context.Context, cs kubeclient.Interface, name string) (*corev1.Node, error) {
+	if f.Nodes == nil {
+		return cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	f.Nodes.Start(ctx)
+	if err := f.Nodes.WaitSynced(ctx, followMachineLoop, nodeSyncWait); err != nil {
+		return nil, err
+	}
+	n, ok := f.Nodes.Node(name)
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	// act changes what it is given; the cache's copy is not ours.
+	return n.DeepCopy(), nil
 }

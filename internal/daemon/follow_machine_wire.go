@@ -21,11 +21,11 @@ import (
 
 // newMachineFollower is the agent's follower of config c's AKS Machine;
 // nil when c names no target cluster (nothing talks to ARM then).
-func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *MachineKeeper, client func() (kubeclient.Interface, error), interval time.Duration) *MachineFollower {
+func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *MachineKeeper, client func() (kubeclient.Interface, error), nodes *NodeInformer, interval time.Duration) *MachineFollower {
 	if _, ok, _ := machineapi.IDFromConfig(c); !ok {
 		return nil
 	}
-	return &MachineFollower{Keeper: k, Config: c, Client: client, Interval: interval,
+	return &MachineFollower{Keeper: k, Config: c, Client: client, Nodes: nodes, Interval: interval,
 		ARM:    armClient(c, l),
 		Repave: repaveTo(l, log),
 		Reset:  func(ctx context.Context) error { return startDeletionReset(ctx, l) },

@@ -22,24 +22,49 @@ import (
 	"github.com/Azure/aks-flex-node/internal/state"
 )
 
-// nodeCache is the agent's copy of the Nodes, kept by client-go's
-// informer (a reflector): one list served from the API server's watch
-// cache (resourceVersion=0), then one watch at a time from the last
-// version seen, bookmarks keeping that version fresh. A watch the server
-// ends (its timeoutSeconds, minutes) is opened again from there, never
+// NodeInformer is the agent process's one copy of the Nodes, shared by
+// every loop that reads them (keep-pod-routes, keep-node-object): kept by
+// client-go's informer (a reflector), so the agent's cost on the API
+// server is one list and one open watch whatever its loops and passes.
+// The list is served from the API server's watch cache
+// (resourceVersion=0), then one watch at a time from the last version
+// seen, bookmarks keeping that version fresh. A watch the server ends
+// (its timeoutSeconds, minutes) is opened again from there, never
 // re-listed; the informer lists again only when a watch's version has
 // expired (410) or after an error, with the reflector's jittered
-// exponential backoff (0.8 s doubling to 30 s). Each Node is kept only
-// as far as the routes need it (podRouteNode). changed gets a token at
-// every change that matters to the routes.
-type nodeCache struct {
-	store   cache.Store
-	synced  func() bool
-	changed chan struct{}
-	done    <-chan struct{}
+// exponential backoff (0.8 s doubling to 30 s). Each Node is kept only as
+// far as the loops read it (nodeInformerTransform): the others' routing
+// fields, and the agent's own Node nearly whole.
+type NodeInformer struct {
+	client func() (kubeclient.Interface, error)
+	self   string
 
 	mu      sync.Mutex
 	lastErr error // the last list or watch request's error, nil once one succeeds
+	run     *nodeCache
+	subs    []subscriber
+}
+
+// subscriber is a loop's channel of changes and which changes it wants.
+type subscriber struct {
+	ch      chan struct{}
+	matters func(old, cur *corev1.Node) bool
+}
+
+// NewNodeInformer is the informer over the Nodes as client sees them
+// (called for each list and watch, so a credential rotated or a machine
+// switched by a repave is used from the next request on; its policy must
+// not cut a watch: kubeclient.Follow); self is the agent's own Node. It
+// starts with the first loop that needs it (Start).
+func NewNodeInformer(client func() (kubeclient.Interface, error), self string) *NodeInformer {
+	return &NodeInformer{client: client, self: self}
+}
+
+// nodeCache is one run of the informer, until its context ends.
+type nodeCache struct {
+	store  cache.Store
+	synced func() bool
+	done   <-chan struct{}
 }
 
 // followedWatchTimeout is the client's own bound on a watch beyond the
@@ -47,46 +72,74 @@ type nodeCache struct {
 // server ending the watch is given up, and the informer opens the next.
 const followedWatchTimeout = 30 * time.Second
 
-// startNodeCache starts the informer until ctx ends; client is called for
-// each list and watch, so a credential rotated or a machine switched by a
-// repave is used from the next request on.
-func startNodeCache(ctx context.Context, client func() (kubeclient.Interface, error)) *nodeCache {
-	c := &nodeCache{changed: make(chan struct{}, 1), done: ctx.Done()}
+// Start runs the informer until ctx ends, unless it runs already: the
+// loops call it at each pass, and the first one's (long-lived) context
+// is the informer's.
+func (i *NodeInformer) Start(ctx context.Context) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.run != nil && !i.run.stopped() {
+		return
+	}
+	c := &nodeCache{done: ctx.Done()}
 	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &nodeListWatch{client: client, record: c.record},
+		ListerWatcher: &nodeListWatch{client: i.client, record: i.record},
 		ObjectType:    &corev1.Node{},
-		Transform:     podRouteNode,
+		Transform:     i.transform,
 		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.signal() },
-			DeleteFunc: func(any) { c.signal() },
-			UpdateFunc: func(old, cur any) {
-				// A Node's status is written every few minutes (and
-				// the stripped copies then differ only in version):
-				// only what the routes read is a change.
-				o, ok1 := old.(*corev1.Node)
-				n, ok2 := cur.(*corev1.Node)
-				if !ok1 || !ok2 || peerOf(o) != peerOf(n) {
-					c.signal()
-				}
-			},
+			AddFunc:    func(o any) { i.signal(nil, asNode(o)) },
+			DeleteFunc: func(o any) { i.signal(asNode(o), nil) },
+			UpdateFunc: func(old, cur any) { i.signal(asNode(old), asNode(cur)) },
 		},
 	})
 	c.store, c.synced = store, ctl.HasSynced
+	i.run = c
 	go ctl.RunWithContext(ctx)
-	return c
 }
 
-func (c *nodeCache) signal() {
-	select {
-	case c.changed <- struct{}{}:
-	default: // one token is pending: the match it brings reads everything
+func asNode(o any) *corev1.Node {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	n, _ := o.(*corev1.Node)
+	return n
+}
+
+// Subscribe is a channel that gets a token at each change matters says
+// is one (old nil: added; cur nil: deleted); one token stands for any
+// number of changes since the last was taken.
+func (i *NodeInformer) Subscribe(matters func(old, cur *corev1.Node) bool) <-chan struct{} {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	s := subscriber{ch: make(chan struct{}, 1), matters: matters}
+	i.subs = append(i.subs, s)
+	return s.ch
+}
+
+func (i *NodeInformer) signal(old, cur *corev1.Node) {
+	i.mu.Lock()
+	subs := i.subs
+	i.mu.Unlock()
+	for _, s := range subs {
+		if old == nil || cur == nil || s.matters(old, cur) {
+			select {
+			case s.ch <- struct{}{}:
+			default: // one token is pending: the reader reads everything
+			}
+		}
 	}
 }
 
-func (c *nodeCache) record(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lastErr = err
+func (i *NodeInformer) record(err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.lastErr = err
+}
+
+func (i *NodeInformer) current() *nodeCache {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.run
 }
 
 // stopped says the informer ended with the context it was started with.
@@ -99,36 +152,73 @@ func (c *nodeCache) stopped() bool {
 	}
 }
 
-// waitSynced waits up to timeout for the first list to be in the cache;
-// the error then names what the last request met.
-func (c *nodeCache) waitSynced(ctx context.Context, timeout time.Duration) error {
+// WaitSynced waits up to timeout for the first list to be in the cache;
+// the error then names what the last request met. loop names the caller.
+func (i *NodeInformer) WaitSynced(ctx context.Context, loop string, timeout time.Duration) error {
+	c := i.current()
+	if c == nil {
+		return fmt.Errorf("%s: the Node informer was not started", loop)
+	}
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		return c.synced(), nil
 	})
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	c.mu.Lock()
-	last := c.lastErr
-	c.mu.Unlock()
+	i.mu.Lock()
+	last := i.lastErr
+	i.mu.Unlock()
 	if apierrors.IsForbidden(last) {
-		return fmt.Errorf("%s: list Nodes: %w; the node's credential needs ClusterRole %s (`aks-flex-node cluster prepare --bootstrap-token` prints it, bound to group system:nodes)", keepPodRoutesLoop, last, clusterprep.NodeReaderRole)
+		return fmt.Errorf("%s: list Nodes: %w; the node's credential needs ClusterRole %s (`aks-flex-node cluster prepare --bootstrap-token` prints it, bound to group system:nodes)", loop, last, clusterprep.NodeReaderRole)
 	}
 	if last != nil {
-		return fmt.Errorf("%s: list Nodes: not listed after %s: %w (the agent keeps trying, with backoff)", keepPodRoutesLoop, timeout, last)
+		return fmt.Errorf("%s: list Nodes: not listed after %s: %w (the agent keeps trying, with backoff)", loop, timeout, last)
 	}
-	return fmt.Errorf("%s: list Nodes: not listed after %s (the agent keeps trying, with backoff)", keepPodRoutesLoop, timeout)
+	return fmt.Errorf("%s: list Nodes: not listed after %s (the agent keeps trying, with backoff)", loop, timeout)
 }
 
-// nodes is the cache's Nodes by name; each is the cache's, not to change.
-func (c *nodeCache) nodes() map[string]*corev1.Node {
+// Nodes is the cache's Nodes by name; each is the cache's, not to change.
+func (i *NodeInformer) Nodes() map[string]*corev1.Node {
 	out := map[string]*corev1.Node{}
+	c := i.current()
+	if c == nil {
+		return out
+	}
 	for _, o := range c.store.List() {
 		if n, ok := o.(*corev1.Node); ok {
 			out[n.Name] = n
 		}
 	}
 	return out
+}
+
+// Node is the cached Node name (the cache's, not to change), and whether
+// the cache has it: after WaitSynced, absent means the server has none.
+func (i *NodeInformer) Node(name string) (*corev1.Node, bool) {
+	c := i.current()
+	if c == nil {
+		return nil, false
+	}
+	o, ok, err := c.store.GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	n, ok := o.(*corev1.Node)
+	return n, ok
+}
+
+// transform keeps of the agent's own Node all but its managed fields and
+// image list (the loops read its taints, labels and conditions; the
+// kubelet's image list is the largest part of a Node), and of every
+// other Node only what the routes read (podRouteNode).
+func (i *NodeInformer) transform(o any) (any, error) {
+	n, ok := o.(*corev1.Node)
+	if !ok || n.Name != i.self || i.self == "" {
+		return podRouteNode(o)
+	}
+	out := n.DeepCopy()
+	out.ManagedFields, out.Status.Images = nil, nil
+	return out, nil
 }
 
 // podRouteNode is what the cache keeps of a Node: its name, UID and
