@@ -201,10 +201,6 @@ func (f *MachineFollower) node(ctx context.Context, cs kubeclient.Interface, nam
 	if err := f.Nodes.WaitSynced(ctx, followMachineLoop, nodeSyncWait); err != nil {
 		return nil, err
 	}
-	n, ok := f.Nodes.Node(name)
-	if !ok {
-		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
-	}
-	// act changes what it is given; the cache's copy is not ours.
-	return n.DeepCopy(), nil
+	// A copy: act changes what it is given.
+	return f.Nodes.Get(ctx, name, metav1.GetOptions{})
 }

@@ -330,3 +330,14 @@ func nodeClientFor(c *config.Config, l layout.Layout, p kubeclient.Policy) func(
 		return kubeclient.New(cfg, p)
 	}
 }
+
+// Get is the cached Node name as a copy, or NotFound: the informer as a
+// reader of single Nodes (fleet.NodeGetter: the slots judge a holder's
+// Node this way, without a request of their own).
+func (i *NodeInformer) Get(_ context.Context, name string, _ metav1.GetOptions) (*corev1.Node, error) {
+	n, ok := i.Node(name)
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	return n.DeepCopy(), nil
+}
