@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 )
@@ -104,4 +105,65 @@ func scrape(ctx context.Context, cs kubernetes.Interface) (serverMetrics, error)
 		}
 	}
 	return m, nil
+}
+
+// restFigures are the fleet's at rest.
+type restFigures struct {
+	n               int
+	seconds         float64
+	apiCPU, etcdCPU float64 // cores
+	apiRSS, etcdRSS float64 // MiB
+	before, after   serverMetrics
+	requests        window
+	agentRequests   int64 // the agent's loops (not the kubelet's)
+	p50, p99        time.Duration
+}
+
+// measureRest reads the control plane and the meter over d of rest.
+func (f *Fleet) measureRest(ctx context.Context, d time.Duration) (restFigures, error) {
+	r := restFigures{n: len(f.nodes)}
+	pids := f.cp.PIDs()
+	want := map[string]int{"kube-apiserver": pids["kube-apiserver"], "etcd": pids["etcd"]}
+	var err error
+	if r.before, err = scrape(ctx, f.cp.Client); err != nil {
+		return r, err
+	}
+	c0, err := cpuOf(want)
+	if err != nil {
+		return r, err
+	}
+	f.meter.reset()
+	sleep(ctx, d)
+	r.requests = f.meter.snapshot()
+	c1, err := cpuOf(want)
+	if err != nil {
+		return r, err
+	}
+	if r.after, err = scrape(ctx, f.cp.Client); err != nil {
+		return r, err
+	}
+	r.seconds = r.requests.seconds
+	r.apiCPU = (c1["kube-apiserver"] - c0["kube-apiserver"]) / r.seconds
+	r.etcdCPU = (c1["etcd"] - c0["etcd"]) / r.seconds
+	if r.apiRSS, err = procRSS(want["kube-apiserver"]); err != nil {
+		return r, err
+	}
+	if r.etcdRSS, err = procRSS(want["etcd"]); err != nil {
+		return r, err
+	}
+	r.agentRequests = r.requests.total(func(loop string) bool { return loop != "kubelet" })
+	r.p50, r.p99 = r.requests.percentile(50), r.requests.percentile(99)
+	return r, nil
+}
+
+func (r restFigures) String() string {
+	perAgentMin := float64(r.agentRequests) / float64(r.n) / (r.seconds / 60)
+	return fmt.Sprintf("window=%.0fs cpu apiserver=%.3f etcd=%.3f cores (%.5f per node) rss apiserver=%.0f etcd=%.0f MiB; "+
+		"requests=%.1f/s (agent loops %.2f/s = %.2f per agent per minute, kubelet %.1f/s); watches nodes=%.0f all=%.0f; "+
+		"latency p50=%s p99=%s; server: etcd node lists +%.0f, watch-cache node lists +%.0f",
+		r.seconds, r.apiCPU, r.etcdCPU, (r.apiCPU+r.etcdCPU)/float64(r.n), r.apiRSS, r.etcdRSS,
+		float64(r.requests.total(nil))/r.seconds, float64(r.agentRequests)/r.seconds, perAgentMin,
+		float64(r.requests.total(func(l string) bool { return l == "kubelet" }))/r.seconds,
+		r.after.nodeWatches, r.after.watches, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond),
+		r.after.etcdNodeLists-r.before.etcdNodeLists, r.after.cacheLists-r.before.cacheLists)
 }
