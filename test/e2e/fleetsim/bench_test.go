@@ -63,6 +63,9 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 	}
 	head := fmt.Sprintf("BENCH fleetsim mode=%s n=%d", mode, n)
 	rows := []string{head + " rest " + atRest.String()}
+	if b, err := cp.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + f.nodes[0].name).DoRaw(ctx); err == nil {
+		rows = append(rows, fmt.Sprintf("%s node-object=%dB (JSON, as a list or watch sends it)", head, len(b)))
+	}
 	for _, l := range atRest.requests.table() {
 		rows = append(rows, head+" rest-requests "+l)
 	}

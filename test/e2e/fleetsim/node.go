@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -59,6 +60,9 @@ func (n *simNode) register(ctx context.Context, cs kubernetes.Interface) error {
 	n.uid = created.UID
 	if err := n.postStatus(ctx, cs, n.ip); err != nil {
 		return err
+	}
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.name, types.StrategicMergePatchType, imagesPatch(), metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("post the images of %s: %w", n.name, err)
 	}
 	now := metav1.NewMicroTime(time.Now())
 	secs := int32(leaseDuration / time.Second)
@@ -125,4 +129,18 @@ func (n *simNode) heartbeat(ctx context.Context, cs kubernetes.Interface, status
 			_ = n.postStatus(ctx, cs, n.ip)
 		}
 	}
+}
+
+// imagesPatch is a kubelet's image list as it posts it: a worker's
+// images (the kubelet reports up to 50) are most of a Node's bytes, and
+// every watcher of the Nodes receives them with each status update, so
+// a simulated Node must be as large as a real one for the fan-out to
+// cost what it does. 30 images of about 250 bytes each.
+func imagesPatch() []byte {
+	var imgs []string
+	for i := range 30 {
+		repo := fmt.Sprintf("mcr.microsoft.com/oss/kubernetes/component-%02d", i)
+		imgs = append(imgs, fmt.Sprintf(`{"names":["%s@sha256:%064x","%s:v1.35.%d"],"sizeBytes":%d}`, repo, i+1, repo, i, 10_000_000+i*1_234_567))
+	}
+	return []byte(`{"status":{"images":[` + strings.Join(imgs, ",") + `]}}`)
 }
