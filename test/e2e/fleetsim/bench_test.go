@@ -33,7 +33,11 @@ func TestFleetSimBench(t *testing.T) {
 	for _, n := range sizes {
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("%s-%d", mode, n), func(t *testing.T) {
-				rows = append(rows, benchRound(t, n, mode == "before", rest, switchFor)...)
+				round := benchRound(t, n, mode == "before", rest, switchFor)
+				for _, r := range round {
+					t.Log(r) // at once: a large round takes long, and the next may not finish
+				}
+				rows = append(rows, round...)
 			})
 		}
 	}

@@ -40,7 +40,7 @@ func (m *meter) reset() {
 // wrap is rest.Config.WrapTransport for node's loop.
 func (m *meter) wrap(node, loop string) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &counted{inner: rt, do: func(r *http.Request) (*http.Response, error) {
 			verb, resource := classify(r)
 			began := time.Now()
 			resp, err := rt.RoundTrip(r)
@@ -57,13 +57,20 @@ func (m *meter) wrap(node, loop string) func(http.RoundTripper) http.RoundTrippe
 			}
 			m.mu.Unlock()
 			return resp, err
-		})
+		}}
 	}
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+// counted is a RoundTripper that counts; it names the one it wraps, so
+// client-go can still cancel a request whose timeout passed.
+type counted struct {
+	inner http.RoundTripper
+	do    func(*http.Request) (*http.Response, error)
+}
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+func (c *counted) RoundTrip(r *http.Request) (*http.Response, error) { return c.do(r) }
+
+func (c *counted) WrappedRoundTripper() http.RoundTripper { return c.inner }
 
 // classify is the request's verb as the API server counts it and its
 // resource (with the subresource after a slash).
