@@ -147,3 +147,14 @@ func TestPolicyRateIsSharedPerProcess(t *testing.T) {
 		t.Error("a policy without a name got a shared bucket")
 	}
 }
+
+// Follow's lists and watches ask for protobuf first (JSON still
+// accepted); the other policies' for JSON, client-go's default.
+func TestFollowAsksForProtobuf(t *testing.T) {
+	if got := configFor(&rest.Config{}, Follow).AcceptContentTypes; got != "application/vnd.kubernetes.protobuf,application/json" {
+		t.Errorf("Follow accepts %q", got)
+	}
+	if got := configFor(&rest.Config{}, AgentLoop).AcceptContentTypes; got != "" {
+		t.Errorf("AgentLoop accepts %q", got)
+	}
+}
