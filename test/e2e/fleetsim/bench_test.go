@@ -33,11 +33,7 @@ func TestFleetSimBench(t *testing.T) {
 	for _, n := range sizes {
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("%s-%d", mode, n), func(t *testing.T) {
-				round := benchRound(t, n, mode == "before", rest, switchFor)
-				for _, r := range round {
-					t.Log(r) // at once: a large round takes long, and the next may not finish
-				}
-				rows = append(rows, round...)
+				rows = append(rows, benchRound(t, n, mode == "before", rest, switchFor)...)
 			})
 		}
 	}
@@ -73,6 +69,9 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 	for _, l := range atRest.requests.table() {
 		rows = append(rows, head+" rest-requests "+l)
 	}
+	for _, r := range rows {
+		t.Log(r) // at once: a large round's rollout takes long
+	}
 	var took []time.Duration
 	for k := range 3 {
 		d, err := f.Propagation(ctx, (k*7+1)%n, fmt.Sprintf("10.1.254.%d", k+1), 2*time.Minute)
@@ -82,6 +81,7 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 		took = append(took, d...)
 	}
 	rows = append(rows, fmt.Sprintf("%s node-change-to-every-agent (3 changes x %d agents) %s", head, n, quantiles(took)))
+	t.Log(rows[len(rows)-1])
 	rows = append(rows, f.benchRollout(ctx, t, head, switchFor)...)
 	lists := f.meter.nodeListsBy()
 	etcd := f.meter.etcdNodeLists()
