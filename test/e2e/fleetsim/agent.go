@@ -77,8 +77,18 @@ func newAgent(dir string, n *simNode, m *meter) (*simAgent, *daemon.Agent, error
 	routes := &daemon.PodRouteKeeper{Layout: l, Log: log, Nodes: a.nodes, ClusterPodCIDR: controlplane.PodCIDR,
 		Window: agentInterval, Net: network.Cleaner{Routes: network.Routes{Run: a.routes.run}, HasNft: func() bool { return true }}}
 	object := &daemon.NodeObjectKeeper{Keeper: &daemon.MachineKeeper{Layout: l, Log: log}, Nodes: a.nodes, Client: a.clients["keep-node-object"]}
+	// Every agent is a candidate for the rollouts' status writer, as in
+	// the product; its requests go through one counted client.
+	writerCfg := rest.CopyConfig(n.cfg)
+	writerCfg.WrapTransport = m.wrap(n.name, "status-writer")
+	hc, err := rest.HTTPClientFor(writerCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	writer := &daemon.RolloutStatusWriter{NodeName: n.name, Log: log, HTTPClient: hc,
+		Config: func() (*rest.Config, error) { return writerCfg, nil }}
 	d := &daemon.Agent{Layout: l, Log: log, Interval: agentInterval,
-		Loops: []daemon.Loop{daemon.KeepPodRoutes(routes), daemon.KeepNodeObject(object)}}
+		Loops: []daemon.Loop{daemon.KeepPodRoutes(routes), daemon.KeepNodeObject(object), daemon.WriteRolloutStatus(writer)}}
 	return a, d, nil
 }
 

@@ -113,8 +113,9 @@ func (f *Fleet) benchRollout(ctx context.Context, t *testing.T, head string, swi
 	if !ok {
 		t.Errorf("slot invariant broken: max %d, peak %d by the nodes, %d on the server", res.Max, res.PeakAgents, res.PeakServer)
 	}
-	rows := []string{fmt.Sprintf("%s rollout maxUnavailable=10%%(%d) switch=%s: invariant-held=%v peak-agents=%d peak-server=%d complete-in=%s requests=%d (%.1f/s) p50=%s p99=%s cpu apiserver=%.2f etcd=%.2f cores",
-		head, res.Max, switchFor, ok, res.PeakAgents, res.PeakServer, res.Took.Round(time.Second), res.Requests.total(nil), float64(res.Requests.total(nil))/secs,
+	writer := res.Requests.total(func(l string) bool { return l == "status-writer" })
+	rows := []string{fmt.Sprintf("%s rollout maxUnavailable=10%%(%d) switch=%s: invariant-held=%v peak-agents=%d peak-server=%d all-updated-in=%s complete-by-writer-in=%s status-writer-requests=%d (%.2f/s) requests=%d (%.1f/s) p50=%s p99=%s cpu apiserver=%.2f etcd=%.2f cores",
+		head, res.Max, switchFor, ok, res.PeakAgents, res.PeakServer, res.Took.Round(time.Second), res.Complete.Round(time.Second), writer, float64(writer)/secs, res.Requests.total(nil), float64(res.Requests.total(nil))/secs,
 		res.Requests.percentile(50).Round(time.Millisecond), res.Requests.percentile(99).Round(time.Millisecond),
 		(c1["kube-apiserver"]-c0["kube-apiserver"])/secs, (c1["etcd"]-c0["etcd"])/secs)}
 	for _, l := range res.Requests.table() {

@@ -12,7 +12,8 @@ import (
 // routes come to the other 19 Nodes; a Node's new address reaches every
 // agent through its watch; and a rollout of all 20 with maxUnavailable
 // 10% never has more than 2 slots held, by the nodes' count or the
-// server's, and completes.
+// server's, and completes: the status writer, elected among the agents,
+// says Complete.
 func TestFleetSim(t *testing.T) {
 	requireE2E(t)
 	const n = 20
@@ -47,8 +48,12 @@ func TestFleetSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("rollout of %d, maxUnavailable %d: peak %d held by the nodes' count, %d on the server; complete in %s; %d requests",
-		n, res.Max, res.PeakAgents, res.PeakServer, res.Took.Round(time.Millisecond), res.Requests.total(nil))
+	writer := res.Requests.total(func(l string) bool { return l == "status-writer" })
+	t.Logf("rollout of %d, maxUnavailable %d: peak %d held by the nodes' count, %d on the server; every node Updated in %s, Complete by the status writer in %s; %d requests, %d of them the status writer's candidates and leader",
+		n, res.Max, res.PeakAgents, res.PeakServer, res.Took.Round(time.Millisecond), res.Complete.Round(time.Millisecond), res.Requests.total(nil), writer)
+	if res.Complete == 0 {
+		t.Error("the elected status writer did not say Complete within a minute of the last node's Updated")
+	}
 	if res.Max != 2 || res.PeakAgents > int32(res.Max) || res.PeakServer > res.Max || res.PeakAgents < 1 {
 		t.Errorf("slots: max %d, peak %d by the nodes, %d on the server", res.Max, res.PeakAgents, res.PeakServer)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -26,6 +27,7 @@ type RolloutResult struct {
 	PeakAgents int32         // most nodes that believed they held a slot at once
 	PeakServer int           // most slots the server showed held at once
 	Took       time.Duration // until every node reported Updated
+	Complete   time.Duration // until the status writer said Complete (0: it did not within a minute after)
 	Requests   window        // what the fleet sent meanwhile
 }
 
@@ -47,6 +49,9 @@ func (f *Fleet) Rollout(ctx context.Context, name, pct string, switchFor, retry 
 		return RolloutResult{}, err
 	}
 	res := RolloutResult{Max: max}
+	if err := f.createRollout(ctx, name, pct); err != nil {
+		return res, err
+	}
 	var holding, peak atomic.Int32
 	stop := make(chan struct{})
 	serverPeak := make(chan int, 1)
@@ -64,6 +69,7 @@ func (f *Fleet) Rollout(ctx context.Context, name, pct string, switchFor, retry 
 	}
 	wg.Wait()
 	res.Took = time.Since(begin)
+	res.Complete = f.awaitComplete(ctx, name, begin, time.Minute)
 	res.Requests = f.meter.snapshot()
 	close(stop)
 	res.PeakServer = <-serverPeak
@@ -174,4 +180,46 @@ func (f *Fleet) watchSlots(ctx context.Context, rollout string, stop <-chan stru
 		}
 		most = max(most, held)
 	}
+}
+
+// createRollout creates FlexNodeRollout name over the simulated nodes'
+// pool, as an admin would; the nodes report against its generation 1.
+func (f *Fleet) createRollout(ctx context.Context, name, pct string) error {
+	yaml := fmt.Sprintf(`apiVersion: %s
+kind: FlexNodeRollout
+metadata:
+  name: %s
+spec:
+  nodeSelector:
+    matchLabels:
+      flexnode.azure.com/pool: sim
+  release:
+    kubernetesVersion: v1.35.1
+  strategy:
+    maxUnavailable: %q
+`, v1alpha1.SchemeGroupVersion.String(), name, pct)
+	if out, err := f.cp.Kubectl(ctx, []byte(yaml), "create", "-f", "-"); err != nil {
+		return fmt.Errorf("create FlexNodeRollout %s: %w: %s", name, err, out)
+	}
+	return nil
+}
+
+// awaitComplete is how long after begin the rollout's status (the elected
+// writer's) said Complete, read by an admin every 250 ms, for up to
+// grace more; 0 when it did not.
+func (f *Fleet) awaitComplete(ctx context.Context, name string, begin time.Time, grace time.Duration) time.Duration {
+	ro, err := fleet.NewRollouts(f.cp.AdminConfig, nil)
+	if err != nil {
+		return 0
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if r, err := ro.Get(ctx, name); err == nil && meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionComplete) {
+			return time.Since(begin)
+		}
+		if !sleep(ctx, 250*time.Millisecond) {
+			return 0
+		}
+	}
+	return 0
 }
