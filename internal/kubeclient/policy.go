@@ -20,8 +20,8 @@ import (
 // how fast the server usually is.
 //
 // The rates are chosen for a fleet: an agent at rest sends almost
-// nothing (its Node informer is one open watch, see docs/reference
-// fleet-scale), so a bucket is only ever drained by a burst of work
+// nothing (its Node informer is one open watch; see
+// docs/reference/fleet-scale.md), so a bucket is only ever drained by a burst of work
 // (a drain, a storm of repairs, a relist after an outage) and the rate
 // is what that burst costs the API server, multiplied by the hosts that
 // burst at once. A named policy's bucket is shared by every client of
