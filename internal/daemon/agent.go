@@ -66,6 +66,9 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		if follower != nil {
 			a.Loops = append(a.Loops, FollowMachine(follower))
 		}
+		// The fleet's rollouts (a node whose AKS Machine is its goal
+		// reports ManagedElsewhere and never takes a slot).
+		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Events: rec}))
 		// Every agent is a candidate for writing the rollouts' status.
 		a.Loops = append(a.Loops, WriteRolloutStatus(&RolloutStatusWriter{NodeName: c.Agent.NodeName, Log: log, Metrics: reg,
 			Config: func() (*rest.Config, error) {
