@@ -100,7 +100,7 @@ func (f *Fleet) benchRollout(ctx context.Context, t *testing.T, head string, swi
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.Rollout(ctx, "bench", "10%", switchFor, switchFor)
+	res, err := f.Rollout(ctx, "bench", "10%", "v1.35.1", switchFor)
 	if err != nil {
 		t.Error(err)
 	}

@@ -53,6 +53,7 @@ type Fleet struct {
 	kubelet []kubernetes.Interface
 	agents  []awaiter
 	sims    []*simAgent // nil entries in legacy mode
+	hosts   *stubHosts  // what the rollout's agents switch
 }
 
 // awaiter is an agent's view of the Nodes: await is a channel that gets
@@ -102,11 +103,26 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*F
 func (f *Fleet) startAgents(ctx context.Context) error {
 	begin := time.Now()
 	f.sims = make([]*simAgent, len(f.nodes))
+	f.hosts = &stubHosts{running: map[string]string{}}
 	for i, n := range f.nodes {
 		var delay time.Duration
 		if f.opts.Spread > 0 {
 			delay = rand.N(f.opts.Spread)
 		}
+		f.hosts.running[n.name] = "v1.35.0"
+		// The rollout's coordination runs in either mode: it did not
+		// exist before the informer, and is measured alike.
+		ra := f.rolloutAgent(n, f.opts.Dir)
+		go func() {
+			if sleep(ctx, delay) {
+				for ctx.Err() == nil {
+					if err := ra.Run(ctx); err != nil && ctx.Err() == nil {
+						f.opts.Logf("fleetsim: %s: rollout agent: %v (again in 5 s)", n.name, err)
+						sleep(ctx, 5*time.Second)
+					}
+				}
+			}
+		}()
 		if f.opts.Legacy {
 			a := newLegacyAgent(n, f.meter)
 			f.agents = append(f.agents, a)

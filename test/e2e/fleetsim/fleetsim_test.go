@@ -44,7 +44,7 @@ func TestFleetSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("a Node's new address reached the %d agents: %s", len(took), quantiles(took))
-	res, err := f.Rollout(ctx, "sim", "10%", time.Second, time.Second)
+	res, err := f.Rollout(ctx, "sim", "10%", "v1.35.1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,15 @@ package fleetsim
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 
@@ -24,132 +22,144 @@ import (
 // RolloutResult is one simulated rollout's figures.
 type RolloutResult struct {
 	Max        int           // maxUnavailable resolved against N
-	PeakAgents int32         // most nodes that believed they held a slot at once
+	PeakAgents int32         // most hosts switching at once (each inside Switch only while its agent holds a slot)
 	PeakServer int           // most slots the server showed held at once
 	Took       time.Duration // until every node reported Updated
 	Complete   time.Duration // until the status writer said Complete (0: it did not within a minute after)
 	Requests   window        // what the fleet sent meanwhile
 }
 
-// rolloutTTL is the slots' lease duration; a holder renews at a third.
-const rolloutTTL = 30 * time.Second
-
-// Rollout rolls every node through a rollout named name with
-// maxUnavailable pct, each switch stubbed to switchFor: a node takes a
-// slot (fleet.Slots, as itself; the slots judge other holders' Nodes
-// from the node's shared informer), reports Updating on its Node's
-// FlexNodeRelease condition, "switches", reports Updated and releases.
-// A node with no slot free tries again after retry (jittered). The
-// slots held are watched throughout, by the nodes' own count and by the
-// server's (an admin's list every 100 ms).
-func (f *Fleet) Rollout(ctx context.Context, name, pct string, switchFor, retry time.Duration) (RolloutResult, error) {
+// Rollout rolls every node through a FlexNodeRollout named name with
+// maxUnavailable pct: each node's fleet.Agent (the product's coordination,
+// started with the fleet) sees it, stages, takes a slot, switches (its
+// stub Host waits switchFor), soaks (0 s) and releases, reporting each
+// phase on its Node; the elected status writer says Complete. The slots
+// held are watched throughout, by the hosts' count (a host is inside
+// Switch only while its agent holds a slot) and by the server's (an
+// admin's list every 100 ms).
+func (f *Fleet) Rollout(ctx context.Context, name, pct, version string, switchFor time.Duration) (RolloutResult, error) {
 	mu := intstr.FromString(pct)
 	max, err := v1alpha1.ResolveMaxUnavailable(&mu, len(f.nodes))
 	if err != nil {
 		return RolloutResult{}, err
 	}
 	res := RolloutResult{Max: max}
-	if err := f.createRollout(ctx, name, pct); err != nil {
-		return res, err
-	}
-	var holding, peak atomic.Int32
+	f.hosts.begin(switchFor)
 	stop := make(chan struct{})
 	serverPeak := make(chan int, 1)
 	go func() { serverPeak <- f.watchSlots(ctx, name, stop) }()
 	f.meter.reset()
 	begin := time.Now()
-	errs := make(chan error, len(f.nodes))
-	var wg sync.WaitGroup
-	for i := range f.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- f.rollNode(ctx, i, name, max, switchFor, retry, &holding, &peak)
-		}()
+	if err := f.createRollout(ctx, name, pct, version); err != nil {
+		close(stop)
+		return res, err
 	}
-	wg.Wait()
+	for f.hosts.updated(version) < len(f.nodes) {
+		if !sleep(ctx, 100*time.Millisecond) {
+			break
+		}
+	}
 	res.Took = time.Since(begin)
 	res.Complete = f.awaitComplete(ctx, name, begin, time.Minute)
 	res.Requests = f.meter.snapshot()
 	close(stop)
 	res.PeakServer = <-serverPeak
-	res.PeakAgents = peak.Load()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
+	res.PeakAgents = f.hosts.peak.Load()
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("rollout %s: %d of %d nodes updated before the deadline", name, f.hosts.updated(version), len(f.nodes))
 	}
-	return res, errors.Join(all...)
+	return res, nil
 }
 
-func (f *Fleet) rollNode(ctx context.Context, i int, rollout string, max int, switchFor, retry time.Duration, holding, peak *atomic.Int32) error {
-	n := f.nodes[i]
-	cfg := rest.CopyConfig(n.cfg)
-	cfg.WrapTransport = f.meter.wrap(n.name, "rollout")
-	store, err := fleet.NewSlotStore(cfg, nil, v1alpha1.Namespace)
-	if err != nil {
-		return err
-	}
-	nodes := n.client(f.meter, "rollout", kubeclient.AgentLoop)
-	cs, err := nodes()
-	if err != nil {
-		return err
-	}
-	var getter fleet.NodeGetter = cs.CoreV1().Nodes()
-	if inf := f.Informer(i); inf != nil {
-		getter = inf
-	}
-	s := &fleet.Slots{Store: store, Nodes: getter, Rollout: rollout, TTL: rolloutTTL,
-		Holder: fleet.Holder{Node: n.name, UID: n.uid, BootID: "boot-1"}}
-	var sl *fleet.Slot
-	for {
-		sl, err = s.Acquire(ctx, max)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fleet.ErrNoSlot) {
-			return fmt.Errorf("%s: %w", n.name, err)
-		}
-		if !sleep(ctx, retry/2+rand.N(retry)) {
-			return ctx.Err()
+// stubHosts are the simulated hosts as the rollout sees them: which
+// release each runs, how many are switching now and at most.
+type stubHosts struct {
+	mu        sync.Mutex
+	running   map[string]string // node -> Kubernetes version
+	switchFor time.Duration
+	holding   atomic.Int32
+	peak      atomic.Int32
+}
+
+func (h *stubHosts) begin(switchFor time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.switchFor = switchFor
+	h.peak.Store(0)
+}
+
+func (h *stubHosts) updated(version string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, v := range h.running {
+		if v == version {
+			n++
 		}
 	}
-	h := holding.Add(1)
-	for p := peak.Load(); h > p && !peak.CompareAndSwap(p, h); p = peak.Load() {
+	return n
+}
+
+// stubHost is node's fleet.Host: staging is instant, a switch waits
+// switchFor, the soak's probe passes.
+type stubHost struct {
+	node  string
+	hosts *stubHosts
+}
+
+func (s stubHost) Running(_ context.Context, rel v1alpha1.Release) (bool, error) {
+	s.hosts.mu.Lock()
+	defer s.hosts.mu.Unlock()
+	return s.hosts.running[s.node] == rel.KubernetesVersion, nil
+}
+
+func (s stubHost) Stage(context.Context, v1alpha1.Release) error { return nil }
+
+func (s stubHost) Switch(ctx context.Context, rel v1alpha1.Release, _ time.Duration) error {
+	h := s.hosts.holding.Add(1)
+	defer s.hosts.holding.Add(-1)
+	for p := s.hosts.peak.Load(); h > p && !s.hosts.peak.CompareAndSwap(p, h); p = s.hosts.peak.Load() {
 	}
-	if err := report(ctx, cs, n.name, rollout, fleet.PhaseUpdating, "switch"); err != nil {
-		return err
+	s.hosts.mu.Lock()
+	d := s.hosts.switchFor
+	s.hosts.mu.Unlock()
+	fleet.Progress(ctx, fleet.StepSwitch)
+	if !sleep(ctx, d) {
+		return ctx.Err()
 	}
-	for left := switchFor; left > 0; left -= rolloutTTL / 3 {
-		sleep(ctx, min(left, rolloutTTL/3))
-		if left > rolloutTTL/3 {
-			if err := s.Renew(ctx, sl); err != nil {
-				return fmt.Errorf("%s: %w", n.name, err)
-			}
-		}
-	}
-	if err := report(ctx, cs, n.name, rollout, fleet.PhaseUpdated, "soak"); err != nil {
-		return err
-	}
-	holding.Add(-1) // before the release: nobody else can hold it yet
-	if err := s.Release(ctx, sl); err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
-	}
+	s.hosts.mu.Lock()
+	s.hosts.running[s.node] = rel.KubernetesVersion
+	s.hosts.mu.Unlock()
 	return nil
 }
 
-// report patches the node's FlexNodeRelease condition as the node.
-func report(ctx context.Context, cs kubeclient.Interface, node, rollout string, phase fleet.Phase, step string) error {
-	now := time.Now()
-	c := fleet.NodeRelease{Rollout: rollout, Generation: 1, Phase: phase, Step: step, Since: now}.Condition(now)
-	patch, err := fleet.ConditionPatch(c)
-	if err != nil {
-		return err
+func (s stubHost) Healthy(context.Context) error { return nil }
+
+// rolloutAgent is node's fleet.Agent with a stub Host, its clients
+// counted as "rollout-agent", its Record under dir.
+func (f *Fleet) rolloutAgent(n *simNode, dir string) *fleet.Agent {
+	connect := func() (fleet.Clients, error) {
+		kc, err := n.client(f.meter, "rollout-agent", kubeclient.Follow)()
+		if err != nil {
+			return fleet.Clients{}, err
+		}
+		cfg := rest.CopyConfig(n.cfg)
+		cfg.WrapTransport = f.meter.wrap(n.name, "rollout-agent")
+		ro, err := fleet.NewRollouts(cfg, nil)
+		if err != nil {
+			return fleet.Clients{}, err
+		}
+		sc := rest.CopyConfig(cfg)
+		sc.Timeout = kubeclient.AgentLoop.Timeout
+		st, err := fleet.NewSlotStore(sc, nil, v1alpha1.Namespace)
+		if err != nil {
+			return fleet.Clients{}, err
+		}
+		return fleet.Clients{Nodes: kc.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
 	}
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("%s: report %s: %w", node, phase, err)
-	}
-	return nil
+	_ = os.MkdirAll(filepath.Join(dir, n.name), 0o755) // SaveRecord's, at the first phase, says if it failed
+	return &fleet.Agent{NodeName: n.name, Host: stubHost{node: n.name, hosts: f.hosts}, Connect: connect,
+		RecordPath: filepath.Join(dir, n.name, "rollout.json"), BootID: "boot-1"}
 }
 
 // watchSlots counts the slots of rollout held, from an admin's list every
@@ -184,7 +194,7 @@ func (f *Fleet) watchSlots(ctx context.Context, rollout string, stop <-chan stru
 
 // createRollout creates FlexNodeRollout name over the simulated nodes'
 // pool, as an admin would; the nodes report against its generation 1.
-func (f *Fleet) createRollout(ctx context.Context, name, pct string) error {
+func (f *Fleet) createRollout(ctx context.Context, name, pct, version string) error {
 	yaml := fmt.Sprintf(`apiVersion: %s
 kind: FlexNodeRollout
 metadata:
@@ -194,10 +204,11 @@ spec:
     matchLabels:
       flexnode.azure.com/pool: sim
   release:
-    kubernetesVersion: v1.35.1
+    kubernetesVersion: %s
   strategy:
     maxUnavailable: %q
-`, v1alpha1.SchemeGroupVersion.String(), name, pct)
+    soak: 0s
+`, v1alpha1.SchemeGroupVersion.String(), name, version, pct)
 	if out, err := f.cp.Kubectl(ctx, []byte(yaml), "create", "-f", "-"); err != nil {
 		return fmt.Errorf("create FlexNodeRollout %s: %w: %s", name, err, out)
 	}
