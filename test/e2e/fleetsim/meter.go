@@ -22,7 +22,7 @@ type meter struct {
 	counts    map[string]int64 // "loop verb resource"
 	latencies []time.Duration
 	nodeLists map[string]int // node -> lists of Nodes without resourceVersion
-	allLists  map[string]int // node -> lists of Nodes, whatever their version
+	allLists  map[string]int // "node loop" -> lists of Nodes, whatever their version
 	since     time.Time
 }
 
@@ -50,7 +50,7 @@ func (m *meter) wrap(node, loop string) func(http.RoundTripper) http.RoundTrippe
 				m.latencies = append(m.latencies, time.Since(began))
 			}
 			if verb == "LIST" && resource == "nodes" {
-				m.allLists[node]++
+				m.allLists[node+" "+loop]++
 				if r.URL.Query().Get("resourceVersion") == "" {
 					m.nodeLists[node]++
 				}
@@ -145,7 +145,7 @@ func (m *meter) etcdNodeLists() map[string]int {
 	return maps.Clone(m.nodeLists)
 }
 
-// nodeListsBy is every Node list by node, since the fleet started.
+// nodeListsBy is every Node list by "node loop", since the fleet started.
 func (m *meter) nodeListsBy() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
