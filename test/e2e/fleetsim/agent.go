@@ -63,7 +63,7 @@ func nodeRoot(dir, name string) (layout.Layout, error) {
 }
 
 // newAgent is node's agent; run starts it.
-func newAgent(dir string, n *simNode, m *meter) (*simAgent, *daemon.Agent, error) {
+func newAgent(dir string, n *simNode, m *meter, withWriter bool) (*simAgent, *daemon.Agent, error) {
 	l, err := nodeRoot(dir, n.name)
 	if err != nil {
 		return nil, nil, err
@@ -88,7 +88,10 @@ func newAgent(dir string, n *simNode, m *meter) (*simAgent, *daemon.Agent, error
 	writer := &daemon.RolloutStatusWriter{NodeName: n.name, Log: log, HTTPClient: hc,
 		Config: func() (*rest.Config, error) { return writerCfg, nil }}
 	d := &daemon.Agent{Layout: l, Log: log, Interval: agentInterval,
-		Loops: []daemon.Loop{daemon.KeepPodRoutes(routes), daemon.KeepNodeObject(object), daemon.WriteRolloutStatus(writer)}}
+		Loops: []daemon.Loop{daemon.KeepPodRoutes(routes), daemon.KeepNodeObject(object)}}
+	if withWriter {
+		d.Loops = append(d.Loops, daemon.WriteRolloutStatus(writer))
+	}
 	return a, d, nil
 }
 

@@ -54,7 +54,8 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 	// as hosts that boot at different moments: 1000 first lists at once
 	// outgrow this machine (see docs/reference/fleet-scale.md).
 	spread := envDuration(t, "AKS_FLEX_NODE_BENCH_FLEETSIM_SPREAD", min(time.Duration(n)*30*time.Millisecond, time.Minute))
-	f, err := Start(ctx, cp, Options{N: n, Legacy: legacy, Dir: t.TempDir(), Spread: spread, Logf: t.Logf})
+	noRollout := os.Getenv("AKS_FLEX_NODE_BENCH_FLEETSIM_ROLLOUT") == "0"
+	f, err := Start(ctx, cp, Options{N: n, Legacy: legacy, Dir: t.TempDir(), Spread: spread, NoRollout: noRollout, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,9 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 	}
 	rows = append(rows, fmt.Sprintf("%s node-change-to-every-agent (3 changes x %d agents) %s", head, n, quantiles(took)))
 	t.Log(rows[len(rows)-1])
-	rows = append(rows, f.benchRollout(ctx, t, head, switchFor)...)
+	if !noRollout {
+		rows = append(rows, f.benchRollout(ctx, t, head, switchFor)...)
+	}
 	lists := f.meter.nodeListsBy()
 	etcd := f.meter.etcdNodeLists()
 	total, fromEtcd := 0, 0
