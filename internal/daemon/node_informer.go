@@ -67,6 +67,12 @@ type nodeCache struct {
 	done   <-chan struct{}
 }
 
+// followListTimeout bounds the informer's list of every Node: at a
+// thousand Nodes of a kubelet's size (8-10 KB each) on a busy server, a
+// 30 s bound cut lists off before they ended, and each informer started
+// over, over and over (the fleet simulator, docs/reference/fleet-scale.md).
+const followListTimeout = 2 * time.Minute
+
 // followedWatchTimeout is the client's own bound on a watch beyond the
 // server's (its TimeoutSeconds): a connection that stalls without the
 // server ending the watch is given up, and the informer opens the next.
@@ -267,7 +273,7 @@ func (lw *nodeListWatch) ListWithContext(ctx context.Context, opts metav1.ListOp
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, followListTimeout)
 	defer cancel()
 	list, err := nodes.List(ctx, opts)
 	lw.record(err)
