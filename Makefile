@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).GitCommit=$(
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
+.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet bench-fleet-sim deps clean
 
 all: build
 
@@ -68,7 +68,7 @@ unit:
 E2E_TIMEOUT ?= 45m
 e2e: deps
 	@if [ -z "$(PKG)" ] || [ ! -d "test/e2e/$(PKG)" ]; then \
-		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, rollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
+		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, fleetsim, rollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
 	test/e2e/build-k8s.sh >/dev/null
 	@if [ "$(PKG)" = repave ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v $(if $(value RUN),-run '$(value RUN)') ./$(PKG)/
@@ -160,6 +160,21 @@ bench-repave: deps
 bench-fleet: deps
 	test/e2e/build-k8s.sh >/dev/null
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 30m -v -run '^TestFleetBench$$' ./fleet/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
+
+# Simulated fleet figures (issue 31; docs/reference/fleet-scale.md): N
+# simulated nodes (N=100 by default, a comma list for several, e.g.
+# N=100,300,1000) against a real control plane each, the agent as it
+# was (FLEETSIM_MODES=before: its per-pass Node list) and as it is (after): the
+# API server's and etcd's CPU and memory at rest, requests by loop,
+# watches, latency, a Node change's way to every agent and a rollout
+# with maxUnavailable 10%. FLEETSIM_REST is the at-rest window (default 2m).
+N ?= 100
+FLEETSIM_MODES ?= before,after
+FLEETSIM_REST ?= 2m
+bench-fleet-sim:
+	test/e2e/build-k8s.sh >/dev/null
+	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 AKS_FLEX_NODE_BENCH_FLEETSIM_N=$(N) AKS_FLEX_NODE_BENCH_FLEETSIM_MODES=$(FLEETSIM_MODES) AKS_FLEX_NODE_BENCH_FLEETSIM_REST=$(FLEETSIM_REST) \
+		$(GO) test -count=1 -timeout 6h -v -run '^TestFleetSimBench$$' ./fleetsim/ | grep -E 'BENCH|fleetsim:|^(--- )?FAIL|^ok'
 
 # Worker image figures: `image build` of examples/worker-image/bookworm.json
 # from this machine's apt source with an empty and with a warm package

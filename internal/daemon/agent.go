@@ -54,9 +54,12 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 			}
 			return kubeclient.New(cfg, kubeclient.AgentLoop)
 		}
+		// One Node informer for the process: every loop that reads Nodes
+		// reads this cache (one list, one watch), none asks on a timer.
+		nodes := NewNodeInformer(nodeClientFor(c, l, kubeclient.Follow), c.Agent.NodeName)
 		a.Loops = append(a.Loops, FinishRepave(keeper, nodeClient, c.Agent.NodeName))
-		follower := newMachineFollower(c, l, log, keeper, nodeClient, interval)
-		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient,
+		follower := newMachineFollower(c, l, log, keeper, nodeClient, nodes, interval)
+		a.Loops = append(a.Loops, KeepNodeObject(&NodeObjectKeeper{Keeper: keeper, Client: nodeClient, Nodes: nodes,
 			Reset:                  func(ctx context.Context) error { return startDeletionReset(ctx, l) },
 			DeletionFollowsMachine: follower != nil,
 		}))
@@ -74,7 +77,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		// The node's bridge network reaches the other nodes' pods; in
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {
-			a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Client: nodeClientFor(c, l, kubeclient.Follow),
+			a.Loops = append(a.Loops, KeepPodRoutes(&PodRouteKeeper{Layout: l, Log: log, Nodes: nodes,
 				PodCIDR: c.Networking.PodCIDR, ClusterPodCIDR: c.Networking.ClusterPodCIDR, Events: rec, Window: interval}))
 		}
 		spec, ok, err := identity.FromConfig(c, identity.ReadSecretFile(l.Root()))

@@ -21,7 +21,10 @@ const finishRepaveLoop = "finish-repave"
 // applied state's side runs, the other is stopped): it also uncordons the
 // Node the repave cordoned and closes the in-flight record as
 // "interrupted", which `status` shows. Remote: the uncordon needs the API
-// server; until then keep-machine keeps the machines right.
+// server; until then keep-machine keeps the machines right. A pass asks
+// the API server nothing unless the local in-flight record says a repave
+// was interrupted (rare, and then one Get and one Patch of its Node), so
+// the loop costs the fleet nothing on its timer.
 func FinishRepave(k *MachineKeeper, client func() (kubeclient.Interface, error), nodeName string) Loop {
 	return Loop{Name: finishRepaveLoop, Run: func(ctx context.Context) error {
 		return finishRepave(ctx, k, client, nodeName)

@@ -44,6 +44,10 @@ type MachineFollower struct {
 	ARM func() (machineapi.Backend, error)
 	// Client is the node's own client (its credential).
 	Client func() (kubeclient.Interface, error)
+	// Nodes, when set, is the agent's shared Node informer, which the
+	// pass reads its Node from (nil: a Get per pass). ARM, unlike the
+	// Node, has no watch: the Machine is polled each pass.
+	Nodes *NodeInformer
 	// Repave runs the existing blue/green repave (and its rollback) to
 	// config c, the goal over the file; it takes the node lock itself.
 	Repave func(ctx context.Context, c *config.Config) error
@@ -180,7 +184,7 @@ func (f *MachineFollower) observe(ctx context.Context, cl machineapi.Backend, ar
 		obs.Machine, armErr = cl.Get(ctx)
 	}
 	obs.ARMError = armErr
-	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := f.node(ctx, cs, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return obs, nil, nil
@@ -190,4 +194,18 @@ func (f *MachineFollower) observe(ctx context.Context, cl machineapi.Backend, ar
 	obs.NodeDeletionTaint = deleting(n)
 	obs.NodeExists = rec.NodeUID == "" || string(n.UID) == rec.NodeUID
 	return obs, n, nil
+}
+
+// node is the node's Node: from the shared informer when the agent has
+// one (a NotFound when the cache has none), else from the API server.
+func (f *MachineFollower) node(ctx context.Context, cs kubeclient.Interface, name string) (*corev1.Node, error) {
+	if f.Nodes == nil {
+		return cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	f.Nodes.Start(ctx)
+	if err := f.Nodes.WaitSynced(ctx, followMachineLoop, nodeSyncWait); err != nil {
+		return nil, err
+	}
+	// A copy: act changes what it is given.
+	return f.Nodes.Get(ctx, name, metav1.GetOptions{})
 }

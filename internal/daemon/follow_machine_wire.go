@@ -25,7 +25,7 @@ import (
 // newMachineFollower is the agent's follower of config c's AKS Machine;
 // nil when c has none (no target cluster, not in-cluster mode: nothing
 // talks to ARM then).
-func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *MachineKeeper, client func() (kubeclient.Interface, error), interval time.Duration) *MachineFollower {
+func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *MachineKeeper, client func() (kubeclient.Interface, error), nodes *NodeInformer, interval time.Duration) *MachineFollower {
 	if !c.HasMachine() {
 		return nil
 	}
@@ -33,7 +33,7 @@ func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *
 	if c.Agent.MachineClient.InCluster() {
 		backend = inClusterClient(c, l)
 	}
-	return &MachineFollower{Keeper: k, Config: c, Client: client, Interval: interval,
+	return &MachineFollower{Keeper: k, Config: c, Client: client, Nodes: nodes, Interval: interval,
 		ARM:    backend,
 		Repave: repaveTo(l, log),
 		Reset:  func(ctx context.Context) error { return startDeletionReset(ctx, l) },

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/events"
@@ -47,7 +45,13 @@ const deletionDrainTimeout = 2 * time.Minute
 // agent never deletes the Node: that is the cluster's decision.
 type NodeObjectKeeper struct {
 	Keeper *MachineKeeper
-	// Client is the node's own client (its credential).
+	// Nodes is the agent's shared Node informer: the keeper reads its
+	// Node from it at each pass, never from the API server (a watch
+	// delivers the deletion and the taint; a Get per pass and node would
+	// be the fleet's cost on a timer). nil makes one of the keeper's own
+	// over Client.
+	Nodes *NodeInformer
+	// Client is the node's own client (its credential): the drain's.
 	Client func() (kubeclient.Interface, error)
 	// Reset starts `aks-flex-node reset` outside the agent's unit (reset
 	// stops the agent, which must not end the reset with it).
@@ -66,8 +70,8 @@ func KeepNodeObject(k *NodeObjectKeeper) Loop {
 	return Loop{Name: keepNodeObjectLoop, Run: k.Keep}
 }
 
-// Keep is one pass: the Node looked up as the node; missing, the kubelet
-// restarted; tainted for deletion, drained and reset.
+// Keep is one pass: the Node looked up in the informer's cache; missing,
+// the kubelet restarted; tainted for deletion, drained and reset.
 func (k *NodeObjectKeeper) Keep(ctx context.Context) error {
 	mk := k.Keeper
 	if joined, err := mk.joined(); err != nil || !joined || k.resetting {
@@ -77,21 +81,30 @@ func (k *NodeObjectKeeper) Keep(ctx context.Context) error {
 	if err != nil || a == nil || a.NodeName == "" || a.Machine == "" {
 		return err
 	}
-	cs, err := k.Client()
-	if err != nil {
-		return fmt.Errorf("keep node object: the node's credential: %w", err)
+	if k.Nodes == nil {
+		k.Nodes = NewNodeInformer(k.Client, a.NodeName)
 	}
-	n, err := cs.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
+	k.Nodes.Start(ctx)
+	if err := k.Nodes.WaitSynced(ctx, keepNodeObjectLoop, nodeSyncWait); err != nil {
+		return err
+	}
+	n, ok := k.Nodes.Node(a.NodeName)
 	switch {
-	case apierrors.IsNotFound(err):
+	case !ok:
 		return k.reregister(ctx, a)
-	case err != nil:
-		return fmt.Errorf("keep node object: get Node %s: %w", a.NodeName, err)
 	case deleting(n) && !k.DeletionFollowsMachine:
+		cs, err := k.Client()
+		if err != nil {
+			return fmt.Errorf("keep node object: the node's credential: %w", err)
+		}
 		return k.deletion(ctx, cs, a)
 	}
 	return nil
 }
+
+// nodeSyncWait bounds how long a pass waits for the informer's first
+// list; a pass that gives up is retried at the next interval.
+const nodeSyncWait = 30 * time.Second
 
 func deleting(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,7 @@ func TestNodeObjectReregisters(t *testing.T) {
 	k := &NodeObjectKeeper{Keeper: h.k, Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Reset: func(context.Context) error { t.Fatal("reset of a Node without the taint"); return nil }}
 	h.calls = nil
-	if err := k.Keep(context.Background()); err != nil {
+	if err := k.Keep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if !h.inMachine("systemctl restart kubelet.service") {
@@ -58,13 +59,14 @@ func TestNodeObjectReregisters(t *testing.T) {
 		t.Errorf("repairs: %s", r)
 	}
 	h.calls = nil
-	if err := k.Keep(context.Background()); err != nil || h.inMachine("systemctl restart kubelet.service") {
+	if err := k.Keep(t.Context()); err != nil || h.inMachine("systemctl restart kubelet.service") {
 		t.Errorf("restarted again within the grace (%v): %q", err, h.calls)
 	}
 	_, _ = cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "acl-node-01"}}, metav1.CreateOptions{})
+	waitCached(t, k.Nodes, "acl-node-01") // the watch brings the registration
 	k.lastRestart = k.lastRestart.Add(-reregisterGrace)
 	h.calls = nil
-	if err := k.Keep(context.Background()); err != nil || len(h.calls) != 0 {
+	if err := k.Keep(t.Context()); err != nil || len(h.calls) != 0 {
 		t.Errorf("a registered Node: %v %q", err, h.calls)
 	}
 }
@@ -85,18 +87,33 @@ func TestNodeObjectDeletionTaint(t *testing.T) {
 	resets := 0
 	k := &NodeObjectKeeper{Keeper: h.k, Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(cs), nil },
 		Reset: func(context.Context) error { resets++; return nil }}
-	if err := k.Keep(context.Background()); err != nil {
+	if err := k.Keep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(*evicted, ",") != "web-1" || resets != 1 {
 		t.Errorf("evicted %q, resets %d; want web-1 and one reset", *evicted, resets)
 	}
-	if err := k.Keep(context.Background()); err != nil || resets != 1 {
+	if err := k.Keep(t.Context()); err != nil || resets != 1 {
 		t.Errorf("a second pass reset again (%v)", err)
 	}
 	for _, a := range cs.Actions() {
 		if a.GetVerb() == "delete" && a.GetResource().Resource == "nodes" {
 			t.Errorf("the agent deleted the Node: %v", a)
 		}
+	}
+}
+
+// waitCached waits for the informer to hold Node name.
+func waitCached(t *testing.T, i *NodeInformer, name string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, ok := i.Node(name); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Node %s not in the informer's cache", name)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -29,7 +29,7 @@ const keepPodRoutesLoop = "keep-pod-routes"
 // (network.PodRoutes: the Nodes on this host's subnets), and the
 // masquerade of what the pods send outside the pod networks
 // (network.MasqTable). It follows the Nodes through a cache the agent
-// keeps of them (nodeCache: listed once from the API server's watch
+// keeps of them (NodeInformer: listed once from the API server's watch
 // cache, then watched): each pass makes the host match the cache, then
 // again at each change (a Node added or deleted, a pod CIDR allocated),
 // so a change reaches the routes in the time the watch takes to deliver
@@ -38,8 +38,12 @@ const keepPodRoutesLoop = "keep-pod-routes"
 type PodRouteKeeper struct {
 	Layout layout.Layout
 	Log    *slog.Logger
+	// Nodes is the agent's shared Node informer; nil makes one of the
+	// keeper's own over Client.
+	Nodes *NodeInformer
 	// Client is the node's own client (its credential), called for each
 	// list and watch; its policy must not cut a watch (kubeclient.Follow).
+	// Only read when Nodes is nil.
 	Client func() (kubeclient.Interface, error)
 	// PodCIDR is networking.podCIDR: this node's range when the config
 	// names it (its CNI config uses it then); else the Node's.
@@ -58,7 +62,7 @@ type PodRouteKeeper struct {
 
 	applied string            // what the host was last made to match
 	refused map[string]string // the Nodes refused last, and why
-	cache   *nodeCache        // the Nodes, from the informer the first pass starts
+	changed <-chan struct{}   // a token at each change of what the routes read
 }
 
 // KeepPodRoutes is the loop; it needs the API server.
@@ -99,7 +103,8 @@ func (k *PodRouteKeeper) waitJoined(ctx context.Context) (*state.Applied, error)
 
 // Keep is one pass: match the host to the cached Nodes, then again at
 // each change the cache delivers, until Window ends. The first pass
-// starts the cache (the informer lives as long as ctx, the loop's); no
+// starts the informer unless another loop did (it lives as long as ctx,
+// the loop's); no
 // pass asks the API server anything itself. A pass still matches on its
 // own, the Nodes unchanged, because it reads the host again (ip and nft,
 // not the API server): routes or rules removed behind the agent's back
@@ -109,14 +114,23 @@ func (k *PodRouteKeeper) Keep(ctx context.Context) error {
 	if err != nil || a == nil {
 		return err
 	}
-	if k.cache == nil || k.cache.stopped() {
-		k.cache = startNodeCache(ctx, k.Client)
+	if k.Nodes == nil {
+		k.Nodes = NewNodeInformer(k.Client, a.NodeName)
 	}
-	if err := k.cache.waitSynced(ctx, max(k.Window, syncWait)); err != nil {
+	if k.changed == nil {
+		k.changed = k.Nodes.Subscribe(func(old, cur *corev1.Node) bool {
+			// A Node's status is written every few minutes (and the
+			// routes' copies then differ only in version): only what
+			// the routes read is a change.
+			return peerOf(old) != peerOf(cur)
+		})
+	}
+	k.Nodes.Start(ctx)
+	if err := k.Nodes.WaitSynced(ctx, keepPodRoutesLoop, max(k.Window, syncWait)); err != nil {
 		return err
 	}
 	k.applied = ""
-	if err := k.match(ctx, a.NodeName, k.cache.nodes()); err != nil {
+	if err := k.match(ctx, a.NodeName, k.Nodes.Nodes()); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, k.Window)
@@ -125,7 +139,7 @@ func (k *PodRouteKeeper) Keep(ctx context.Context) error {
 		select {
 		case <-wctx.Done():
 			return nil
-		case <-k.cache.changed:
+		case <-k.changed:
 		}
 		// A burst (a rollout relabelling Nodes, a relist) is matched
 		// once: the Nodes are read after it has settled a moment.
@@ -135,10 +149,10 @@ func (k *PodRouteKeeper) Keep(ctx context.Context) error {
 		case <-time.After(changeDebounce):
 		}
 		select {
-		case <-k.cache.changed:
+		case <-k.changed:
 		default:
 		}
-		if err := k.match(ctx, a.NodeName, k.cache.nodes()); err != nil {
+		if err := k.match(ctx, a.NodeName, k.Nodes.Nodes()); err != nil {
 			k.Log.Warn(keepPodRoutesLoop+": will try again at the next change or pass", "error", err)
 		}
 	}

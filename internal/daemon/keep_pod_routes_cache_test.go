@@ -34,12 +34,16 @@ type nodeAPI struct {
 	mu      sync.Mutex
 	lists   []url.Values
 	watches []url.Values
+	others  []string // any other request, by method and path
 	streams []chan string
 }
 
 func (a *nodeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if r.URL.Path != "/api/v1/nodes" {
+		a.mu.Lock()
+		a.others = append(a.others, r.Method+" "+r.URL.Path)
+		a.mu.Unlock()
 		http.NotFound(w, r)
 		return
 	}
@@ -111,6 +115,12 @@ func (a *nodeAPI) waitWatches(t *testing.T, n int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func (a *nodeAPI) otherRequests() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.others...)
 }
 
 func (a *nodeAPI) requests() (lists, watches []url.Values) {

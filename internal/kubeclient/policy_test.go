@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/Azure/aks-flex-node/internal/buildinfo"
 )
@@ -118,5 +119,42 @@ func TestPoliciesAreDistinctAndBounded(t *testing.T) {
 	// open for minutes (the caller bounds every list and watch).
 	if Follow.Timeout != 0 {
 		t.Errorf("Follow: timeout %s cuts every watch at it", Follow.Timeout)
+	}
+}
+
+// Every client a named policy makes draws from one bucket of the process
+// (the agent makes a client per pass: a bucket each would bound nothing);
+// a caller's own limiter (the fleet simulator's, one per simulated node)
+// is kept; a policy without a name gets client-go's default per client.
+func TestPolicyRateIsSharedPerProcess(t *testing.T) {
+	for name, p := range map[string]Policy{"EventWrite": EventWrite, "Step": Step, "Repave": Repave, "AgentLoop": AgentLoop, "Follow": Follow} {
+		a, b := configFor(&rest.Config{Host: "https://a"}, p), configFor(&rest.Config{Host: "https://b"}, p)
+		if a.RateLimiter == nil || a.RateLimiter != b.RateLimiter {
+			t.Errorf("%s: clients of the policy do not share its bucket", name)
+		}
+		if a.QPS != p.QPS || a.Burst != p.Burst || p.QPS <= 0 || p.Burst < 1 {
+			t.Errorf("%s: QPS %v burst %d", name, a.QPS, a.Burst)
+		}
+	}
+	if configFor(&rest.Config{}, AgentLoop).RateLimiter == configFor(&rest.Config{}, Follow).RateLimiter {
+		t.Error("two policies share one bucket")
+	}
+	own := flowcontrol.NewFakeAlwaysRateLimiter()
+	if got := configFor(&rest.Config{RateLimiter: own}, AgentLoop).RateLimiter; got != own {
+		t.Error("the caller's own limiter was replaced")
+	}
+	if got := configFor(&rest.Config{}, Policy{Timeout: time.Second}).RateLimiter; got != nil {
+		t.Error("a policy without a name got a shared bucket")
+	}
+}
+
+// Follow's lists and watches ask for protobuf first (JSON still
+// accepted); the other policies' for JSON, client-go's default.
+func TestFollowAsksForProtobuf(t *testing.T) {
+	if got := configFor(&rest.Config{}, Follow).AcceptContentTypes; got != "application/vnd.kubernetes.protobuf,application/json" {
+		t.Errorf("Follow accepts %q", got)
+	}
+	if got := configFor(&rest.Config{}, AgentLoop).AcceptContentTypes; got != "" {
+		t.Errorf("AgentLoop accepts %q", got)
 	}
 }

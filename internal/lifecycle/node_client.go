@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
@@ -90,7 +89,7 @@ func waitReadyAt(ctx context.Context, cs kubeclient.Interface, name string, want
 	if poll == 0 {
 		poll = 500 * time.Millisecond
 	}
-	err = wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
+	err = pollJittered(ctx, poll, timeout, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		status, done := "", false
 		switch {

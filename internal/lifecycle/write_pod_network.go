@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
@@ -55,11 +54,9 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 		return task.Result{}, err
 	}
 	name := t.config.Agent.NodeName
-	wctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
 	var cidr, last string
 	var created time.Time
-	err = wait.PollUntilContextCancel(wctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err = pollJittered(ctx, 500*time.Millisecond, t.timeout, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		state := "node not visible yet"
 		if err == nil {
