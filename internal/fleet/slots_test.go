@@ -1,11 +1,18 @@
 package fleet
 
 import (
+	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The slots' behaviour against a real API server is in test/e2e/rollout;
@@ -69,5 +76,91 @@ func TestExpiredByObservation(t *testing.T) {
 	s.forget(map[int]*coordinationv1.Lease{})
 	if len(s.seen) != 0 {
 		t.Fatalf("forgot nothing: %v", s.seen)
+	}
+}
+
+// memStore is a Store with the API server's compare-and-swap rules
+// (create fails when the name exists, update when the resourceVersion
+// moved), counting the creates that lost.
+type memStore struct {
+	leases     map[string]coordinationv1.Lease
+	rv         int
+	lostCreate int
+	firstTries []string // the name of each Acquire's first create
+	tried      bool
+}
+
+func (m *memStore) List(context.Context) (*coordinationv1.LeaseList, error) {
+	m.tried = false
+	out := &coordinationv1.LeaseList{}
+	for _, l := range m.leases {
+		out.Items = append(out.Items, l)
+	}
+	return out, nil
+}
+
+func (m *memStore) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if !m.tried {
+		m.tried = true
+		m.firstTries = append(m.firstTries, l.Name)
+	}
+	if _, ok := m.leases[l.Name]; ok {
+		m.lostCreate++
+		return nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "flexnodeslots"}, l.Name)
+	}
+	m.rv++
+	c := *l.DeepCopy()
+	c.ResourceVersion = strconv.Itoa(m.rv)
+	m.leases[l.Name] = c
+	return &c, nil
+}
+
+func (m *memStore) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	old, ok := m.leases[l.Name]
+	if !ok || old.ResourceVersion != l.ResourceVersion {
+		return nil, apierrors.NewConflict(schema.GroupResource{Resource: "flexnodeslots"}, l.Name, nil)
+	}
+	m.rv++
+	c := *l.DeepCopy()
+	c.ResourceVersion = strconv.Itoa(m.rv)
+	m.leases[l.Name] = c
+	return &c, nil
+}
+
+type aliveNodes map[string]types.UID
+
+func (a aliveNodes) Get(_ context.Context, name string, _ metav1.GetOptions) (*corev1.Node, error) {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: a[name]}}, nil
+}
+
+// A wave of nodes does not all begin at slot 0: each starts at its own
+// slot and goes round, so ten nodes taking ten slots mostly create a
+// missing one at the first try, and every slot ends held once.
+func TestAcquireSpreadsTheFirstTry(t *testing.T) {
+	st := &memStore{leases: map[string]coordinationv1.Lease{}}
+	nodes := aliveNodes{}
+	for i := range 10 {
+		name := fmt.Sprintf("edge-%d", i)
+		nodes[name] = types.UID("uid-" + name)
+		s := &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Holder: Holder{Node: name, UID: nodes[name], BootID: "b"}}
+		if _, err := s.Acquire(context.Background(), 10); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if len(st.leases) != 10 {
+		t.Fatalf("%d slots, want 10", len(st.leases))
+	}
+	starts := map[string]bool{}
+	for _, n := range st.firstTries {
+		starts[n] = true
+	}
+	// All at slot 0, each node losing one create per node before it,
+	// would be 45 lost creates from one start.
+	if len(starts) < 4 || st.lostCreate >= 45 {
+		t.Errorf("first tries %v (%d distinct), %d lost creates: the nodes still queue at one slot", st.firstTries, len(starts), st.lostCreate)
+	}
+	s := &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Holder: Holder{Node: "edge-10", UID: "u", BootID: "b"}}
+	if _, err := s.Acquire(context.Background(), 10); err != ErrNoSlot {
+		t.Errorf("an eleventh node: %v, want ErrNoSlot", err)
 	}
 }
