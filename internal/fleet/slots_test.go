@@ -88,11 +88,17 @@ type memStore struct {
 	lostCreate int
 	firstTries []string // the name of each Acquire's first create
 	tried      bool
+	// stale: List answers with no slots, as every node of a wave that
+	// listed at the same moment sees them.
+	stale bool
 }
 
 func (m *memStore) List(context.Context) (*coordinationv1.LeaseList, error) {
 	m.tried = false
 	out := &coordinationv1.LeaseList{}
+	if m.stale {
+		return out, nil
+	}
 	for _, l := range m.leases {
 		out.Items = append(out.Items, l)
 	}
@@ -133,11 +139,12 @@ func (a aliveNodes) Get(_ context.Context, name string, _ metav1.GetOptions) (*c
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: a[name]}}, nil
 }
 
-// A wave of nodes does not all begin at slot 0: each starts at its own
-// slot and goes round, so ten nodes taking ten slots mostly create a
-// missing one at the first try, and every slot ends held once.
+// A wave of nodes that listed the slots at one moment (none yet) does
+// not all begin at slot 0: each starts at its own slot and goes round,
+// so ten nodes taking ten slots mostly create a missing one at the first
+// try, and every slot ends held once.
 func TestAcquireSpreadsTheFirstTry(t *testing.T) {
-	st := &memStore{leases: map[string]coordinationv1.Lease{}}
+	st := &memStore{leases: map[string]coordinationv1.Lease{}, stale: true}
 	nodes := aliveNodes{}
 	for i := range 10 {
 		name := fmt.Sprintf("edge-%d", i)
@@ -159,6 +166,7 @@ func TestAcquireSpreadsTheFirstTry(t *testing.T) {
 	if len(starts) < 4 || st.lostCreate >= 45 {
 		t.Errorf("first tries %v (%d distinct), %d lost creates: the nodes still queue at one slot", st.firstTries, len(starts), st.lostCreate)
 	}
+	st.stale = false
 	s := &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Holder: Holder{Node: "edge-10", UID: "u", BootID: "b"}}
 	if _, err := s.Acquire(context.Background(), 10); err != ErrNoSlot {
 		t.Errorf("an eleventh node: %v, want ErrNoSlot", err)
