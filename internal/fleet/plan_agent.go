@@ -237,14 +237,13 @@ func (a *Agent) switchBack(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	}
 	stop()
 	if err := a.report(ctx, PhaseRolledBack, StepRollback, "", "switched back and soaked for "+soak.String()); err != nil {
-		a.log().Warn("rollout: report RolledBack", "error", err)
+		return a.releaseLater(err) // item 8: released once RolledBack is on the Node (agent_pending.go)
 	}
-	err = a.release(ctx, sl)
+	if err = a.release(ctx, sl); err != nil {
+		return a.releaseLater(err)
+	}
 	a.slot, a.rec.Slot = nil, ""
-	if serr := a.save(); serr != nil {
-		return errors.Join(err, serr)
-	}
-	return err
+	return a.save()
 }
 
 // acquireBack takes a slot for a switch back: maxUnavailable counts
