@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -120,4 +122,17 @@ func (a *Agent) ownSlot(ctx context.Context, s *Slots) (*Slot, error) {
 		return &Slot{Index: idx, Lease: l}, nil
 	}
 	return nil, nil
+}
+
+// unreachable says err is the API server not answering (a refused or
+// cut connection, a timeout, 503 while it starts), not an answer about
+// the node: a soak probe that got it judged nothing.
+func unreachable(err error) bool {
+	var se *StepError
+	if errors.As(err, &se) {
+		return false // the Host judged the node
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
 }

@@ -258,3 +258,30 @@ func TestCutOffMidSwitchRollbackReportsThenFailsTheSlot(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A soak probe that cannot reach the API server judges nothing: the
+// soak waits for it and watches its whole window again from its return;
+// a probe that judged the node unhealthy still fails it.
+func TestSoakWaitsForTheAPIServer(t *testing.T) {
+	cut := fmt.Errorf("get Node n1: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	h := &host{healthy: []error{nil, cut, cut, cut}}
+	a := &Agent{Host: h, SoakProbe: 10 * time.Millisecond}
+	began := time.Now()
+	if err := a.soak(t.Context(), 100*time.Millisecond); err != nil {
+		t.Fatalf("soak across an API server outage: %v", err)
+	}
+	if d := time.Since(began); d < 130*time.Millisecond {
+		t.Errorf("soaked %v: the window did not start again after the outage", d)
+	}
+	if n := h.probes.Load(); n < 6 {
+		t.Errorf("%d probes, want the outage's and a full window's after it", n)
+	}
+	bad := &StepError{Step: StepSoak, Reason: "NodeNotReady", Err: cut}
+	a.Host = &host{healthy: []error{bad}}
+	if err := a.soak(t.Context(), time.Hour); !errors.Is(err, bad) {
+		t.Fatalf("an unhealthy answer: %v", err)
+	}
+	if unreachable(errors.New("kubelet restarted")) || !unreachable(apierrors.NewServiceUnavailable("starting")) {
+		t.Error("unreachable misjudges")
+	}
+}

@@ -150,7 +150,18 @@ func (a *Agent) soak(ctx context.Context, d time.Duration) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return err
+			if !unreachable(err) {
+				return err
+			}
+			// Issue 30 item 8 (agent_pending.go): a probe that could not
+			// ask the API server judges nothing; the soak waits for it
+			// and watches its whole window again from its return.
+			a.log().Warn("rollout: the soak cannot ask the API server; it starts again once the API server answers", "error", err)
+			deadline = time.Now().Add(d)
+			if !sleep(ctx, probe) {
+				return ctx.Err()
+			}
+			continue
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
