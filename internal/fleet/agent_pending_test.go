@@ -285,3 +285,35 @@ func TestSoakWaitsForTheAPIServer(t *testing.T) {
 		t.Error("unreachable misjudges")
 	}
 }
+
+// busyBack is a RollbackHost whose first switch back finds the node lock
+// held.
+type busyBack struct {
+	cutHost
+	calls atomic.Int32
+}
+
+func (h *busyBack) SwitchBack(context.Context, time.Duration) error {
+	if h.calls.Add(1) == 1 {
+		return fmt.Errorf("%w: the node lock is held by keep-machine", ErrBusy)
+	}
+	return nil
+}
+
+// A switch back that finds the node busy (the agent's keeper holds the
+// node lock a moment every pass) is tried again, not failed.
+func TestSwitchBackWaitsForABusyNode(t *testing.T) {
+	a, api, r, _, sl := cutAgent(t, nil)
+	h := &busyBack{cutHost: cutHost{api: api}}
+	a.Host = h
+	a.rec.Applied = a.applied(r)
+	if err := a.switchBack(t.Context(), r, sl, h); err != nil {
+		t.Fatalf("switch back: %v", err)
+	}
+	if h.calls.Load() != 2 || a.rec.Phase != PhaseRolledBack || a.rec.Applied != nil || a.rec.Slot != "" {
+		t.Errorf("%d calls, record %+v", h.calls.Load(), a.rec)
+	}
+	if got := api.condition(t); got.Phase != PhaseRolledBack {
+		t.Errorf("the Node shows %s", got)
+	}
+}

@@ -220,7 +220,7 @@ func (a *Agent) switchBack(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	if err := a.report(ctx, PhaseUpdating, StepRollback, "", "holds slot "+sl.Lease.Name+"; switching back to the retained side"); err != nil {
 		a.log().Warn("rollout: report the rollback", "error", err)
 	}
-	err := rb.SwitchBack(wctx, drainTimeout)
+	err := a.switchBackWhenFree(wctx, rb, drainTimeout)
 	if cerr := a.reconnect(); cerr != nil {
 		a.log().Warn("rollout: reconnect after the switch back", "error", cerr)
 	}
@@ -244,6 +244,22 @@ func (a *Agent) switchBack(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	}
 	a.slot, a.rec.Slot = nil, ""
 	return a.save()
+}
+
+// switchBackWhenFree is RollbackHost.SwitchBack, tried again (as
+// switchTo does) while the node is busy with another command that holds
+// the node lock (the agent's own keeper takes it every pass).
+func (a *Agent) switchBackWhenFree(ctx context.Context, rb RollbackHost, drainTimeout time.Duration) error {
+	for {
+		err := rb.SwitchBack(ctx, drainTimeout)
+		if !errors.Is(err, ErrBusy) || ctx.Err() != nil {
+			return err
+		}
+		a.log().Info("rollout: the switch back waits for another command that changes the node", "error", err)
+		if !sleep(ctx, a.retryAfter()) {
+			return ctx.Err()
+		}
+	}
 }
 
 // acquireBack takes a slot for a switch back: maxUnavailable counts
