@@ -57,6 +57,11 @@ func (a *Agent) settle(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *core
 			return err
 		}
 		a.log().Info("rollout: reported what happened while the API server was away", "phase", a.rec.Phase, "step", a.rec.Step, "reason", a.rec.Reason)
+		if a.rec.Phase == PhaseFailed {
+			// The evidence could not reach the Node either: gathered
+			// again, now that it can.
+			a.attachEvidence(ctx, a.rec.Step, a.rec.Reason, errors.New(a.rec.Message))
+		}
 	}
 	if a.rec.SlotAction == "" {
 		return nil

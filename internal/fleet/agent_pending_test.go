@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -58,20 +59,22 @@ func (s *stubAPI) Watch(context.Context, metav1.ListOptions) (watch.Interface, e
 	return nil, errors.New("not served")
 }
 
-// Patch takes the condition patch of nodes/status; the evidence's merge
-// patch of the Node is accepted and dropped.
+// Patch takes the condition patch of nodes/status and the evidence's
+// merge patch of the Node.
 func (s *stubAPI) Patch(_ context.Context, _ string, _ types.PatchType, data []byte, _ metav1.PatchOptions, sub ...string) (*corev1.Node, error) {
 	if err := s.unreachable("PATCH"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var p corev1.Node
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, err
+	}
 	if len(sub) == 1 && sub[0] == "status" {
-		var p corev1.Node
-		if err := json.Unmarshal(data, &p); err != nil {
-			return nil, err
-		}
 		s.node.Status.Conditions = p.Status.Conditions
+	} else if v, ok := p.Annotations[EvidenceAnnotation]; ok {
+		s.node.Annotations = map[string]string{EvidenceAnnotation: v}
 	}
 	return s.node.DeepCopy(), nil
 }
@@ -236,6 +239,12 @@ func TestCutOffMidSwitchRollbackReportsThenFailsTheSlot(t *testing.T) {
 	}
 	if got := api.condition(t); got.Phase != PhaseFailed || got.Reason != "RolledBack" || got.Step != StepSwitch {
 		t.Errorf("the Node shows %s once back, want Failed at switch (RolledBack)", got)
+	}
+	api.mu.Lock()
+	ev, err := ReadEvidence(&api.node)
+	api.mu.Unlock()
+	if err != nil || ev == nil || ev.Reason != "RolledBack" || !strings.Contains(ev.Error, "not Ready after 3m0s") {
+		t.Errorf("the evidence once back: %+v (%v)", ev, err)
 	}
 	l := api.lease("b-slot-0")
 	if holderOf(&l) == "" || l.Annotations[AnnotationFailedReason] != "RolledBack" {
