@@ -78,6 +78,7 @@ func (a *Agent) settleSlot(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *
 	done := func() {
 		if act == slotRelease {
 			a.slot, a.rec.Slot = nil, ""
+			a.metricsPhase(a.rec.Rollout, a.rec.Phase) // the slot no longer held
 		}
 		a.rec.SlotAction = ""
 	}
