@@ -119,7 +119,7 @@ to agent.log in agent.logDir (rotated at 10 MiB, 5 files kept).`,
 			if _, err := agentupgrade.Confirm(l, agentupgrade.RunningSlot(l), log); err != nil {
 				return err
 			}
-			a, err := daemon.New(c, l, log)
+			a, err := daemon.New(c, l, log, daemon.WithEvidence(rolloutEvidence(l))) // issue 30: evidence on failure
 			if err != nil {
 				return invalid(err)
 			}

@@ -22,7 +22,7 @@ func newNodeCommand() *cobra.Command {
 		Short: "Change the joined node: upgrade Kubernetes by a blue/green repave",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newNodeUpgradeCommand())
+	cmd.AddCommand(newNodeUpgradeCommand(), newNodeSwitchBackCommand()) // issue 30: switch-back is hidden (node_switch_back.go)
 	return cmd
 }
 

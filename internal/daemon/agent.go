@@ -28,8 +28,13 @@ import (
 // it waits for it, with backoff, before any loop that needs the cluster.
 // It serves /healthz and /metrics on its socket in the state dir (and on
 // agent.metricsAddress when set), and records what it does to the node as
-// Events on the Node. An error is the config's.
-func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
+// Events on the Node. An error is the config's. opts add what the
+// command passes in (WithEvidence).
+func New(c *config.Config, l layout.Layout, log *slog.Logger, opts ...Option) (*Agent, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	interval, _ := time.ParseDuration(c.Agent.MachineReconcileInterval)
 	reg := metrics.NewRegistry(l)
 	rec := events.ForMachine(c, l, func() string { return l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())) }, c.Agent.NodeName, log)
@@ -68,7 +73,7 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		}
 		// The fleet's rollouts (a node whose AKS Machine is its goal
 		// reports ManagedElsewhere and never takes a slot).
-		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Events: rec}))
+		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Events: rec, Evidence: o.evidence}))
 		// Every agent is a candidate for writing the rollouts' status.
 		a.Loops = append(a.Loops, WriteRolloutStatus(&RolloutStatusWriter{NodeName: c.Agent.NodeName, Log: log, Metrics: reg,
 			Config: func() (*rest.Config, error) {

@@ -116,26 +116,36 @@ type repaveSettings struct {
 // file's bytes recorded as it is) and its preflight, as node upgrade
 // makes them.
 func newRepave(l layout.Layout, log *slog.Logger, c *config.Config, s repaveSettings) (*lifecycle.Repave, lifecycle.Preflight, error) {
+	o, applied, pf, err := repaveOptions(l, log, c, s)
+	if err != nil {
+		return nil, pf, err
+	}
+	return lifecycle.NewRepave(o, *applied), pf, nil
+}
+
+// repaveOptions are the options, the applied state and the preflight of
+// a repave (or a switch back) of the joined node to config c.
+func repaveOptions(l layout.Layout, log *slog.Logger, c *config.Config, s repaveSettings) (lifecycle.RepaveOptions, *state.Applied, lifecycle.Preflight, error) {
 	applied, err := state.Open(l).Applied()
 	if err != nil {
-		return nil, lifecycle.Preflight{}, err
+		return lifecycle.RepaveOptions{}, nil, lifecycle.Preflight{}, err
 	}
 	if applied == nil {
-		return nil, lifecycle.Preflight{}, fmt.Errorf("this host has not joined (no %s/%s)", l.StateDir(), state.AppliedFile)
+		return lifecycle.RepaveOptions{}, nil, lifecycle.Preflight{}, fmt.Errorf("this host has not joined (no %s/%s)", l.StateDir(), state.AppliedFile)
 	}
 	data, err := os.ReadFile(l.OnRoot(l.ConfigFile()))
 	if err != nil {
-		return nil, lifecycle.Preflight{}, err
+		return lifecycle.RepaveOptions{}, nil, lifecycle.Preflight{}, err
 	}
 	out := logWriter{log: log, loop: s.Loop}
-	r := lifecycle.NewRepave(lifecycle.RepaveOptions{
+	o := lifecycle.RepaveOptions{
 		Options: lifecycle.Options{Layout: l, Config: c, ConfigFile: l.ConfigFile(), ConfigData: data, Log: log, Progress: out,
 			Observer: s.Observer, Drain: s.Drain},
 		KubernetesVersion: c.Components.Kubernetes,
 		DrainTimeout:      s.DrainTimeout,
-	}, *applied)
+	}
 	pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
-	return r, pf, nil
+	return o, applied, pf, nil
 }
 
 // logWriter puts the repave's own lines (its progress, its preflight

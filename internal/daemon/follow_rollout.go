@@ -31,6 +31,9 @@ type RolloutFollower struct {
 	// Config is the config the agent loaded.
 	Config *config.Config
 	Events *events.Recorder
+	// Evidence gathers a failed node's evidence (issue 30,
+	// follow_rollout_evidence.go).
+	Evidence Evidence
 
 	noFleet noFleet
 }
@@ -77,7 +80,8 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	agent := &fleet.Agent{
 		NodeName: a.NodeName,
 		Host: &rolloutHost{layout: k.Layout, config: f.Config, log: k.Log, control: k.Control,
-			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName},
+			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName,
+			evidence: f.Evidence}, // issue 30
 		Connect:          connect,
 		RecordPath:       k.Layout.OnRoot(k.Layout.RolloutRecord()),
 		ManagedElsewhere: managed,

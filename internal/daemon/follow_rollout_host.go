@@ -41,6 +41,9 @@ type rolloutHost struct {
 
 	mu       sync.Mutex
 	baseline *soakBaseline // what the soak compares with; nil until known
+	// evidence gathers a failure's evidence (issue 30:
+	// follow_rollout_evidence.go).
+	evidence Evidence
 }
 
 // goal is the config the node moves to for rel: the config file with

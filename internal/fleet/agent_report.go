@@ -36,13 +36,20 @@ func (a *Agent) report(ctx context.Context, phase Phase, step, reason, msg strin
 		msg = msg[:maxMessage]
 	}
 	a.rec.Message = msg
+	// Written ahead: a Record that says Unreported is told again once
+	// the API server answers (issue 30 item 8, agent_pending.go).
+	a.rec.Unreported = true
 	if err := a.save(); err != nil {
 		return err
 	}
 	if moved {
 		a.announce(ctx)
 	}
-	return a.setCondition(ctx, now)
+	if err := a.setCondition(ctx, now); err != nil {
+		return err
+	}
+	a.rec.Unreported = false
+	return a.save()
 }
 
 // announce is a phase change's log line, Event and metrics.

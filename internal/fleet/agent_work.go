@@ -64,15 +64,15 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 	// the Nodes never sees more than maxUnavailable Updating. A release
 	// that fails leaves the slot to expire (it is not renewed).
 	if err := a.report(ctx, PhaseUpdated, "", "", "switched and soaked for "+soak.String()); err != nil {
-		a.log().Warn("rollout: report Updated", "error", err)
+		return a.releaseLater(err) // issue 30 item 8: released once Updated is on the Node (agent_pending.go)
 	}
 	err := a.release(ctx, sl)
+	if err != nil {
+		return a.releaseLater(err) // issue 30 item 8
+	}
 	a.slot, a.rec.Slot = nil, ""
 	a.metricsPhase(a.rec.Rollout, a.rec.Phase)
-	if serr := a.save(); serr != nil {
-		return errors.Join(err, serr)
-	}
-	return err
+	return a.save()
 }
 
 // switchTo runs the Host's switch. A resumed switch (the agent stopped
@@ -150,7 +150,18 @@ func (a *Agent) soak(ctx context.Context, d time.Duration) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return err
+			if !unreachable(err) {
+				return err
+			}
+			// Issue 30 item 8 (agent_pending.go): a probe that could not
+			// ask the API server judges nothing; the soak waits for it
+			// and watches its whole window again from its return.
+			a.log().Warn("rollout: the soak cannot ask the API server; it starts again once the API server answers", "error", err)
+			deadline = time.Now().Add(d)
+			if !sleep(ctx, probe) {
+				return ctx.Err()
+			}
+			continue
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -225,6 +236,9 @@ func (a *Agent) fail(ctx, wctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	step, reason = stepAndReason(err, step, reason)
 	if ferr := a.slots.Fail(ctx, sl, step, reason); ferr != nil {
 		a.log().Warn("rollout: mark the slot failed", "slot", sl.Lease.Name, "error", ferr)
+		if !errors.Is(ferr, ErrSlotLost) {
+			a.rec.SlotAction = slotFail // issue 30 item 8: marked once the API server answers (agent_pending.go)
+		}
 	}
 	a.attachEvidence(ctx, step, reason, err) // issue 30: evidence on failure (evidence_agent.go)
 	return a.report(ctx, PhaseFailed, step, reason, failMessage(err))

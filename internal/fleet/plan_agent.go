@@ -220,7 +220,7 @@ func (a *Agent) switchBack(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	if err := a.report(ctx, PhaseUpdating, StepRollback, "", "holds slot "+sl.Lease.Name+"; switching back to the retained side"); err != nil {
 		a.log().Warn("rollout: report the rollback", "error", err)
 	}
-	err := rb.SwitchBack(wctx, drainTimeout)
+	err := a.switchBackWhenFree(wctx, rb, drainTimeout)
 	if cerr := a.reconnect(); cerr != nil {
 		a.log().Warn("rollout: reconnect after the switch back", "error", cerr)
 	}
@@ -237,14 +237,29 @@ func (a *Agent) switchBack(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	}
 	stop()
 	if err := a.report(ctx, PhaseRolledBack, StepRollback, "", "switched back and soaked for "+soak.String()); err != nil {
-		a.log().Warn("rollout: report RolledBack", "error", err)
+		return a.releaseLater(err) // item 8: released once RolledBack is on the Node (agent_pending.go)
 	}
-	err = a.release(ctx, sl)
+	if err = a.release(ctx, sl); err != nil {
+		return a.releaseLater(err)
+	}
 	a.slot, a.rec.Slot = nil, ""
-	if serr := a.save(); serr != nil {
-		return errors.Join(err, serr)
+	return a.save()
+}
+
+// switchBackWhenFree is RollbackHost.SwitchBack, tried again (as
+// switchTo does) while the node is busy with another command that holds
+// the node lock (the agent's own keeper takes it every pass).
+func (a *Agent) switchBackWhenFree(ctx context.Context, rb RollbackHost, drainTimeout time.Duration) error {
+	for {
+		err := rb.SwitchBack(ctx, drainTimeout)
+		if !errors.Is(err, ErrBusy) || ctx.Err() != nil {
+			return err
+		}
+		a.log().Info("rollout: the switch back waits for another command that changes the node", "error", err)
+		if !sleep(ctx, a.retryAfter()) {
+			return ctx.Err()
+		}
 	}
-	return err
 }
 
 // acquireBack takes a slot for a switch back: maxUnavailable counts

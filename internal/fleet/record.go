@@ -40,6 +40,12 @@ type Record struct {
 	// last acted on: a Failed node retries when the rollout carries
 	// another (fleet resume), and only then.
 	ResumedAt string `json:"resumedAt,omitempty"`
+	// Unreported: the Node's condition may not show Phase yet (the API
+	// server was not reached); SlotAction: what the slot still needs
+	// ("release" or "fail"). The agent tells the API server once it is
+	// back (issue 30 item 8, agent_pending.go).
+	Unreported bool   `json:"unreported,omitempty"`
+	SlotAction string `json:"slotAction,omitempty"`
 	// Applied is the release the node runs from a rollout; nil until one
 	// moved it. It outlives the rollout: deleting a rollout does not move
 	// the node back.

@@ -76,6 +76,9 @@ type Repave struct {
 	// cordonedBefore says the Node was cordoned (by an operator) before
 	// the drain phase cordoned it: every way the repave ends leaves it so.
 	cordonedBefore bool
+	// back is set on a switch back to the retained side (NewSwitchBack):
+	// its phases replace stage, prepare and the new side's switch.
+	back *switchBack
 }
 
 // NewRepave prepares a repave of the node applied describes (the state
@@ -117,6 +120,9 @@ func (r *Repave) Stager() *artifact.Stager { return r.start.stager }
 // mode ("v1" or "v2"). Until switch's first task the active side serves
 // untouched; a failure in switch rolls back (RollbackPhase).
 func (r *Repave) Phases(cgroupMode string) []task.Phase {
+	if r.back != nil {
+		return r.backPhases(cgroupMode)
+	}
 	s, o := r.start, r.opts
 	c, h, m := s.opts.Config, s.host, r.to
 	name := c.Agent.NodeName
@@ -137,10 +143,7 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 			WriteNspawnFiles(h, m, nspawnOpts, nspawnFiles),
 			WriteNodeConfig(m, c, cgroupMode, nodeConfig, nodeSums),
 		}},
-		{Name: "drain", Tasks: []task.Task{
-			CordonNode(r.client, name, true),
-			DrainNode(r.client, name, o.DrainTimeout, o.Drain),
-		}},
+		r.drainPhase(),
 		{Name: "switch", Tasks: []task.Task{
 			StopActiveMachine(r.from, r.client, name, r.heartbeat),
 			HandOverIdentity(r.from, m),
@@ -154,6 +157,15 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 			r.uncordon(),
 		}},
 	}
+}
+
+// drainPhase cordons and drains the Node, for a repave and a switch back.
+func (r *Repave) drainPhase() task.Phase {
+	name := r.opts.Config.Agent.NodeName
+	return task.Phase{Name: "drain", Tasks: []task.Task{
+		CordonNode(r.client, name, true),
+		DrainNode(r.client, name, r.opts.DrainTimeout, r.opts.Drain),
+	}}
 }
 
 // SwitchPhase is the phase whose failure rolls a repave back: the active

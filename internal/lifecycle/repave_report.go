@@ -17,10 +17,12 @@ func (r *Repave) report(ctx context.Context, rec *state.Repave) {
 	_ = metrics.OpenStore(r.opts.Layout).Observe(metrics.OpRepave, map[string]string{"result": rec.Result}, rec.Duration)
 	from := rec.FromMachine + " (Kubernetes " + rec.FromVersion + ")"
 	to := rec.ToMachine + " (Kubernetes " + rec.ToVersion + ")"
-	switch rec.Result {
-	case state.RepaveSucceeded:
+	switch {
+	case rec.Result == state.RepaveSucceeded && rec.SwitchBack:
+		_ = r.events.Normal(ctx, events.ReasonRepaved, "aks-flex-node switched this node back from machine %s to its retained machine %s in %v, fetching nothing", from, to, rec.Duration)
+	case rec.Result == state.RepaveSucceeded:
 		_ = r.events.Normal(ctx, events.ReasonRepaved, "aks-flex-node repaved this node from machine %s to machine %s in %v", from, to, rec.Duration)
-	case state.RepaveRolledBack:
+	case rec.Result == state.RepaveRolledBack:
 		_ = r.events.Warning(ctx, events.ReasonRolledBack, "repave from machine %s to machine %s: %s (after %v); machine %s serves again", from, to, rec.Reason, rec.Duration, rec.FromMachine)
 	default:
 		_ = r.events.Warning(ctx, events.ReasonRepaveFailed, "repave from machine %s to machine %s failed after %v: %s", from, to, rec.Duration, rec.Reason)

@@ -57,7 +57,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 	if err := checks(ctx); err != nil {
 		return nil, err
 	}
-	mode, err := machine.HostCgroupMode(o.Layout.Root())
+	mode, err := hostCgroupMode(o.Layout.Root())
 	if err != nil {
 		return nil, fmt.Errorf("detect cgroup mode: %w", err)
 	}
@@ -66,7 +66,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 		return nil, errors.Join(errors.New("no sides record"), err)
 	}
 	rec := &state.Repave{FromMachine: r.from.Name, ToMachine: r.to.Name, FromVersion: r.applied.KubernetesVersion,
-		ToVersion: r.start.opts.Config.Components.Kubernetes, Started: began.UTC()}
+		ToVersion: r.start.opts.Config.Components.Kubernetes, Started: began.UTC(), SwitchBack: r.back != nil}
 	runner := r.runner()
 	for _, p := range r.Phases(mode) {
 		rec.Step = p.Name
@@ -94,7 +94,7 @@ func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) err
 		return rec, err
 	}
 	r.report(ctx, rec)
-	r.start.progressf("node %s repaved from %s (%s) to %s (%s) in %v", r.opts.Config.Agent.NodeName, rec.FromMachine, rec.FromVersion, rec.ToMachine, rec.ToVersion, rec.Duration)
+	r.start.progressf("node %s %s from %s (%s) to %s (%s) in %v", r.opts.Config.Agent.NodeName, r.verb(), rec.FromMachine, rec.FromVersion, rec.ToMachine, rec.ToVersion, rec.Duration)
 	return rec, nil
 }
 
@@ -198,6 +198,9 @@ func (r *Repave) failed(ctx context.Context, sides *state.Sides, rec *state.Repa
 func (r *Repave) preflight(ctx context.Context, pf Preflight) error {
 	began := time.Now()
 	pf.Env.Config = r.start.opts.Config
+	if r.back != nil {
+		return r.backPreflight(ctx, pf, began)
+	}
 	r.wireChecks(pf.Env)
 	return runPreflight(ctx, preflight.RepaveChecks(pf.Env), pf, r.opts.Log, began)
 }
@@ -206,6 +209,12 @@ func (r *Repave) preflight(ctx context.Context, pf Preflight) error {
 // source checks, and the API server, as the node, into its skew checks.
 func (r *Repave) wireChecks(env *preflight.Env) {
 	r.start.WireChecks(env)
+	r.wireServerVersion(env)
+}
+
+// wireServerVersion plugs the API server, as the node, into env's skew
+// check.
+func (r *Repave) wireServerVersion(env *preflight.Env) {
 	env.ServerVersion = func(ctx context.Context) (string, error) {
 		cs, err := r.client.Get()
 		if err != nil {

@@ -30,6 +30,19 @@ func RepaveChecks(env *Env) []Check {
 	return []Check{artifactSourcesCheck(env), workerImageCheck(env), versionSkewCheck(env)}
 }
 
+// SwitchBackNames are the checks SwitchBackChecks returns.
+var SwitchBackNames = []string{NameVersionSkew}
+
+// SwitchBackChecks are the checks a switch back to the retained side
+// (issue 30's fleet rollback) runs before anything changes: it fetches
+// and unpacks nothing, so only the retained kubelet's skew against the
+// API server (which may have moved on since that side served) is left
+// to check. env.Config is the retained side's config.
+func SwitchBackChecks(env *Env) []Check {
+	env.setDefaults()
+	return []Check{versionSkewCheck(env)}
+}
+
 func versionSkewCheck(e *Env) Check {
 	want := e.Config.Components.Kubernetes
 	return NewCheck(NameVersionSkew, "components.kubernetes="+want, func(ctx context.Context) Result {

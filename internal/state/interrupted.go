@@ -21,7 +21,8 @@ func (r *Repave) MayHaveCordoned() bool {
 // state names (save-state writes it, the switch's commit point) is the
 // active one. Before save-state that is the old side, and the side the
 // repave was preparing is recorded as not in use; after it, the new side,
-// recorded with what the applied state says it runs. It returns the
+// recorded with what the applied state says it runs. A switch back
+// prepared nothing, so its retained side stays as it was. It returns the
 // closed record, nil when no repave was in flight.
 func (s *Sides) CloseInterrupted(a Applied, now time.Time) *Repave {
 	r := s.InFlight
@@ -37,7 +38,7 @@ func (s *Sides) CloseInterrupted(a Applied, now time.Time) *Repave {
 		side = "new"
 		s.Machines[r.ToMachine] = Side{KubernetesVersion: r.ToVersion, Image: a.Image, ImageDigest: a.ImageDigest}
 	default:
-		if r.Step != "" && r.Step != "stage" {
+		if r.Step != "" && r.Step != "stage" && !r.SwitchBack {
 			to := s.Machines[r.ToMachine]
 			to.KubernetesVersion = r.ToVersion
 			to.Failed = "repave interrupted at " + r.Step + "; prepared again by the next repave"

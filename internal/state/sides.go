@@ -50,6 +50,9 @@ type Repave struct {
 	// WasUnschedulable says the Node was cordoned before this repave's
 	// drain: closing an interrupted repave leaves it so.
 	WasUnschedulable bool `json:"wasUnschedulable,omitempty"`
+	// SwitchBack marks a switch back to the retained side (issue 30): it
+	// prepares nothing, so an interrupted one leaves that side usable.
+	SwitchBack bool `json:"switchBack,omitempty"`
 }
 
 // Sides is the content of SidesFile.

@@ -146,6 +146,8 @@ func TestRepave(t *testing.T) {
 	w.remove(t)
 	t.Run("crash-matrix-rollback", e.rollbackCrashMatrix)
 	t.Run("crash-matrix", e.crashMatrix)
+	t.Run("switch-back", e.switchBack)       // issue 30 item 4 (switchback_test.go)
+	t.Run("fleet-rollback", e.fleetRollback) // issue 30 item 4, through a rollout
 }
 
 func (e *env) config(m fixtures.Manifest) []byte {
