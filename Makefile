@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).GitCommit=$(
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet deps clean
+.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet bench-rollout deps clean
 
 all: build
 
@@ -68,9 +68,9 @@ unit:
 E2E_TIMEOUT ?= 45m
 e2e: deps
 	@if [ -z "$(PKG)" ] || [ ! -d "test/e2e/$(PKG)" ]; then \
-		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, rollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
+		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, rollout, fleetrollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
 	test/e2e/build-k8s.sh >/dev/null
-	@if [ "$(PKG)" = repave ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
+	@if [ "$(PKG)" = repave ] || [ "$(PKG)" = fleetrollout ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v $(if $(value RUN),-run '$(value RUN)') ./$(PKG)/
 
 # gofmt every tracked Go file in place (make lint only reports).
@@ -160,6 +160,19 @@ bench-repave: deps
 bench-fleet: deps
 	test/e2e/build-k8s.sh >/dev/null
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 30m -v -run '^TestFleetBench$$' ./fleet/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
+
+# Fleet rollout figures (issue 29): N = 3 ACL-like hosts joined at
+# Kubernetes 1.34.2 on one bridge; a FlexNodeRollout to 1.35.4 and another
+# worker image with maxUnavailable 1, then one to a third worker image
+# with maxUnavailable 2 (10 s soak each): apply to Complete, per node the
+# staging time, the wait for a slot, the switch without the soak, the
+# NotReady and cordoned windows as a watch on the Nodes saw them, and the
+# API server's requests per node (from its audit log, the agents' apart
+# from the kubelets'), during each rollout and in a minute idle before it.
+bench-rollout: deps
+	test/e2e/build-k8s.sh >/dev/null
+	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
+	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 45m -v -run '^TestRolloutBench$$' ./fleetrollout/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
 
 # Worker image figures: `image build` of examples/worker-image/bookworm.json
 # from this machine's apt source with an empty and with a warm package
