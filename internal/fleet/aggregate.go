@@ -37,12 +37,18 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 	}
 	st := v1alpha1.RolloutStatus{ObservedGeneration: r.Generation, Conditions: append([]metav1.Condition(nil), r.Status.Conditions...)}
 	var unreadable []string
+	elsewhere := int32(0) // before the list's bound cuts it
 	for i := range nodes {
 		n := &nodes[i]
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
 		st.Selected++
+		if managedElsewhere(n) {
+			st.ManagedElsewhere = append(st.ManagedElsewhere, n.Name)
+			elsewhere++
+			continue
+		}
 		rel, ok, err := ReadNodeRelease(n)
 		if err != nil {
 			unreadable = append(unreadable, n.Name)
@@ -67,7 +73,11 @@ func Aggregate(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, now time.Time) 
 	if len(st.FailedNodes) > maxFailedNodes {
 		st.FailedNodes = st.FailedNodes[:maxFailedNodes]
 	}
-	setConditions(&st, r, unreadable, now)
+	sort.Strings(st.ManagedElsewhere)
+	if len(st.ManagedElsewhere) > maxFailedNodes {
+		st.ManagedElsewhere = st.ManagedElsewhere[:maxFailedNodes]
+	}
+	setConditions(&st, r, unreadable, elsewhere, now)
 	return st, nil
 }
 
@@ -78,7 +88,7 @@ func bound(s string) string {
 	return s
 }
 
-func setConditions(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, unreadable []string, now time.Time) {
+func setConditions(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, unreadable []string, elsewhere int32, now time.Time) {
 	set := func(typ string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
 		if ok {
@@ -91,12 +101,23 @@ func setConditions(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, unre
 	if len(unreadable) > 0 {
 		counts += fmt.Sprintf("; %d with an unreadable %s condition (%s)", len(unreadable), ConditionType, names(unreadable))
 	}
-	complete := st.Selected > 0 && st.Updated == st.Selected
+	if elsewhere > 0 {
+		counts += fmt.Sprintf("; %d managed elsewhere (%s)", elsewhere, names(st.ManagedElsewhere))
+	}
+	// A node AKS manages through ARM never takes part, so it does not
+	// hold Complete back; a selector that picks only such nodes is not
+	// complete either (nothing here updated anything).
+	inRollout := st.Selected - elsewhere
+	complete := inRollout > 0 && st.Updated == inRollout
+	noNodes := "spec.nodeSelector picks no Node"
+	if elsewhere > 0 {
+		noNodes = "spec.nodeSelector picks only Nodes managed elsewhere: " + names(st.ManagedElsewhere)
+	}
 	switch {
 	case complete:
 		set(v1alpha1.ConditionComplete, true, "AllNodesUpdated", counts)
-	case st.Selected == 0:
-		set(v1alpha1.ConditionComplete, false, "NoNodesSelected", "spec.nodeSelector picks no Node")
+	case inRollout == 0:
+		set(v1alpha1.ConditionComplete, false, "NoNodesSelected", noNodes)
 	default:
 		set(v1alpha1.ConditionComplete, false, "NodesPending", counts)
 	}
@@ -118,8 +139,8 @@ func setConditions(st *v1alpha1.RolloutStatus, r *v1alpha1.FlexNodeRollout, unre
 		set(v1alpha1.ConditionProgressing, false, "Complete", counts)
 	case paused:
 		set(v1alpha1.ConditionProgressing, false, "Paused", counts)
-	case st.Selected == 0:
-		set(v1alpha1.ConditionProgressing, false, "NoNodesSelected", "spec.nodeSelector picks no Node")
+	case inRollout == 0:
+		set(v1alpha1.ConditionProgressing, false, "NoNodesSelected", noNodes)
 	default:
 		set(v1alpha1.ConditionProgressing, true, "NodesUpdating", counts)
 	}
@@ -131,4 +152,19 @@ func names(ns []string) string {
 		return strings.Join(ns, ", ")
 	}
 	return strings.Join(ns[:10], ", ") + fmt.Sprintf(" and %d more", len(ns)-10)
+}
+
+// phaseManagedElsewhere is the phase a node reports when its config names
+// an AKS Machine through ARM (fleet protocol decision 1; the agent's
+// release.go names it). Read from the condition's reason alone, so the
+// status writer lists such a node whatever the rest of its condition says.
+const phaseManagedElsewhere = "ManagedElsewhere"
+
+func managedElsewhere(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == ConditionType {
+			return c.Reason == phaseManagedElsewhere
+		}
+	}
+	return false
 }

@@ -129,3 +129,35 @@ func TestAggregateFailedNodesAndTransitions(t *testing.T) {
 		t.Error("a rollout without a selector aggregated")
 	}
 }
+
+// TestAggregateManagedElsewhere: a selected node AKS manages through ARM
+// is named in status.managedElsewhere and does not hold Complete back;
+// one whose condition another rollout wrote is listed too (ARM manages
+// it for every rollout); a selector that picks only such nodes is never
+// complete.
+func TestAggregateManagedElsewhere(t *testing.T) {
+	elsewhere := Phase(phaseManagedElsewhere)
+	st, err := Aggregate(rollout(1, false), []corev1.Node{
+		node("a", "edge", "edge-b", 1, PhaseUpdated), node("m2", "edge", "edge-c", 4, elsewhere),
+		node("m1", "edge", "edge-b", 1, elsewhere), node("x", "other", "edge-b", 1, elsewhere),
+	}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(st.ManagedElsewhere, ",") != "m1,m2" || st.Selected != 3 || st.Updated != 1 {
+		t.Errorf("managed elsewhere %v, selected %d, updated %d", st.ManagedElsewhere, st.Selected, st.Updated)
+	}
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete)
+	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "2 managed elsewhere (m1, m2)") || strings.Contains(c.Message, "unreadable") {
+		t.Errorf("Complete %s: %s", c.Status, c.Message)
+	}
+	st, err = Aggregate(rollout(1, false), []corev1.Node{node("m1", "edge", "edge-b", 1, elsewhere)}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete); c.Status != metav1.ConditionFalse {
+		t.Errorf("only managed-elsewhere nodes: Complete %s (%s)", c.Status, c.Message)
+	} else if c.Reason != "NoNodesSelected" || !strings.Contains(c.Message, "managed elsewhere: m1") {
+		t.Errorf("only managed-elsewhere nodes: %s: %s", c.Reason, c.Message)
+	}
+}

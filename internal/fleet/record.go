@@ -36,6 +36,10 @@ type Record struct {
 	// CordonedBefore is true when the Node was unschedulable before the
 	// rollout cordoned it: the rollout never uncordons it.
 	CordonedBefore bool `json:"cordonedBefore,omitempty"`
+	// ResumedAt is the rollout's flexnode.azure.com/resumed-at the node
+	// last acted on: a Failed node retries when the rollout carries
+	// another (fleet resume), and only then.
+	ResumedAt string `json:"resumedAt,omitempty"`
 	// Applied is the release the node runs from a rollout; nil until one
 	// moved it. It outlives the rollout: deleting a rollout does not move
 	// the node back.

@@ -27,6 +27,10 @@ const (
 	PhaseUpdating Phase = "Updating" // holds a slot: cordoned, draining, switching or soaking
 	PhaseUpdated  Phase = "Updated"  // runs the release and has soaked; its slot is released
 	PhaseFailed   Phase = "Failed"   // back on its old side; keeps its slot
+	// PhaseManagedElsewhere is a node whose config names an AKS Machine
+	// through ARM: AKS drives its disruption (DESIGN decision 11), so it
+	// never takes a slot; the rollout's status names it.
+	PhaseManagedElsewhere Phase = "ManagedElsewhere"
 )
 
 // NodeRelease is one node's FlexNodeRelease condition, decoded.
@@ -91,9 +95,9 @@ func ReadNodeRelease(n *corev1.Node) (r NodeRelease, ok bool, err error) {
 			return NodeRelease{}, true, fmt.Errorf("node %s: condition %s: generation %q: %w", n.Name, ConditionType, m[2], err)
 		}
 		switch p := Phase(c.Reason); p {
-		case PhaseStaged, PhaseUpdating, PhaseUpdated, PhaseFailed:
+		case PhaseStaged, PhaseUpdating, PhaseUpdated, PhaseFailed, PhaseManagedElsewhere:
 		default:
-			return NodeRelease{}, true, fmt.Errorf("node %s: condition %s: reason %q is not a phase (Staged, Updating, Updated, Failed)", n.Name, ConditionType, c.Reason)
+			return NodeRelease{}, true, fmt.Errorf("node %s: condition %s: reason %q is not a phase (Staged, Updating, Updated, Failed, ManagedElsewhere)", n.Name, ConditionType, c.Reason)
 		}
 		return NodeRelease{Rollout: m[1], Generation: gen, Phase: Phase(c.Reason), Step: m[3], Reason: m[4],
 			Message: m[5], Since: c.LastTransitionTime.Time}, true, nil

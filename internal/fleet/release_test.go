@@ -16,6 +16,7 @@ func TestNodeReleaseRoundTrip(t *testing.T) {
 		{Rollout: "edge-b", Generation: 3, Phase: PhaseUpdating, Step: "drain"},
 		{Rollout: "edge.b-2", Generation: 12, Phase: PhaseUpdated},
 		{Rollout: "edge-b", Generation: 3, Phase: PhaseFailed, Step: "switch", Reason: "RolledBack", Message: "kubelet exited: status 1\nsecond line"},
+		{Rollout: "edge-b", Generation: 3, Phase: PhaseManagedElsewhere, Reason: "AKSMachine", Message: "its AKS Machine is the goal"},
 	} {
 		n := &corev1.Node{}
 		c := SetNodeRelease(n, r, t0)
@@ -24,7 +25,7 @@ func TestNodeReleaseRoundTrip(t *testing.T) {
 		if err != nil || !ok || got != r {
 			t.Errorf("%+v: read back %+v, %v, %v (message %q)", r, got, ok, err, c.Message)
 		}
-		want := map[Phase]corev1.ConditionStatus{PhaseUpdated: "True", PhaseFailed: "False", PhaseStaged: "Unknown", PhaseUpdating: "Unknown"}[r.Phase]
+		want := map[Phase]corev1.ConditionStatus{PhaseUpdated: "True", PhaseFailed: "False", PhaseStaged: "Unknown", PhaseUpdating: "Unknown", PhaseManagedElsewhere: "Unknown"}[r.Phase]
 		if c.Status != want || c.Reason != string(r.Phase) {
 			t.Errorf("%s: status %s reason %s", r.Phase, c.Status, c.Reason)
 		}

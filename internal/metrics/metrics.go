@@ -56,6 +56,7 @@ type Registry struct {
 	decisions   *prometheus.CounterVec
 	decision    *prometheus.GaugeVec
 	store       *Store
+	writer      statusWriterMetrics
 
 	mu   sync.Mutex
 	seen map[string]bool // loops whose series exist
@@ -89,6 +90,7 @@ func NewRegistry(l layout.Layout) *Registry {
 		store: OpenStore(l),
 		seen:  map[string]bool{},
 	}
+	r.writer = newStatusWriterMetrics(r.reg)
 	r.reg.MustRegister(r.reconcile, r.lastSuccess, r.repairs, r.decisions, r.decision,
 		&storeCollector{store: r.store}, &infoCollector{layout: l},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -178,6 +178,15 @@ type RolloutStatus struct {
 	// +kubebuilder:validation:MaxItems=1000
 	FailedNodes []FailedNode `json:"failedNodes,omitempty"`
 
+	// ManagedElsewhere names the selected nodes whose Machine is managed
+	// by AKS through ARM: they never take a slot, AKS drives their
+	// updates, and they do not count toward Complete.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:MaxLength=253
+	ManagedElsewhere []string `json:"managedElsewhere,omitempty"`
+
 	// Conditions are Progressing, Paused and Complete.
 	// +optional
 	// +listType=map

@@ -207,6 +207,11 @@ func (in *RolloutStatus) DeepCopyInto(out *RolloutStatus) {
 		*out = make([]FailedNode, len(*in))
 		copy(*out, *in)
 	}
+	if in.ManagedElsewhere != nil {
+		in, out := &in.ManagedElsewhere, &out.ManagedElsewhere
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

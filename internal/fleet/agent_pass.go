@@ -1,0 +1,261 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+)
+
+// maxActions bounds one pass's chain of actions (start, then take a
+// slot, then ...): each action moves the Record, so a chain is short; the
+// bound only keeps a bug from spinning.
+const maxActions = 6
+
+// pass decides and acts until there is nothing to do but wait for the
+// next change; it returns how long to wait at most before the next pass
+// (0: only a change starts one).
+func (a *Agent) pass(ctx context.Context) time.Duration {
+	for range maxActions {
+		n := a.cache.node(a.NodeName)
+		if n == nil {
+			return 0 // its Node is not registered yet: its add is a change
+		}
+		r, others := Select(a.cache.allRollouts(), n)
+		v := view{rollout: r, rec: a.rec, managedElsewhere: a.ManagedElsewhere}
+		if r != nil {
+			_, v.failedPeers = peers(r, a.cache.allNodes())
+		}
+		act, why := decide(v)
+		if line := act.String() + ": " + why; line != a.lastLog {
+			a.lastLog = line
+			a.log().Info("rollout: "+why, "action", act.String(), "rollout", nameOf(r), "phase", a.rec.Phase)
+		}
+		if act == actWait {
+			return 0
+		}
+		again, wait, err := a.do(ctx, act, r, others, n)
+		if ctx.Err() != nil {
+			return 0
+		}
+		if err != nil {
+			a.log().Warn("rollout: will try again", "action", act.String(), "rollout", nameOf(r), "error", err)
+			return a.retryAfter()
+		}
+		if !again {
+			return wait
+		}
+	}
+	return a.retryAfter()
+}
+
+func nameOf(r *v1alpha1.FlexNodeRollout) string {
+	if r == nil {
+		return ""
+	}
+	return r.Name
+}
+
+// do carries out act; again says decide once more at once, wait how long
+// to wait otherwise.
+func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node) (again bool, wait time.Duration, err error) {
+	switch act {
+	case actForget:
+		a.rec = Record{Applied: a.rec.Applied}
+		a.slot = nil
+		a.metricsPhase("", "")
+		return false, 0, a.save()
+	case actManagedElsewhere:
+		a.adopt(r)
+		return false, 0, a.report(ctx, PhaseManagedElsewhere, "", "AKSMachine",
+			"its config names an AKS Machine through ARM: AKS drives its disruption; this rollout never takes it"+alsoSelected(r, others))
+	case actStart:
+		a.adopt(r)
+		return a.start(ctx, r, others)
+	case actTakeSlot:
+		sl, err := a.acquire(ctx, r, n)
+		if errors.Is(err, ErrNoSlot) {
+			return false, a.retryAfter(), nil
+		}
+		if err != nil {
+			return false, 0, err
+		}
+		return true, 0, a.update(ctx, r, sl, n, "")
+	case actResume:
+		sl, err := a.acquire(ctx, r, n)
+		if errors.Is(err, ErrNoSlot) {
+			a.log().Warn("rollout: the slot this node held is gone and none is free; waiting for one to finish the "+a.rec.Step, "slot", a.rec.Slot)
+			return false, a.retryAfter(), nil
+		}
+		if err != nil {
+			return false, 0, err
+		}
+		return true, 0, a.update(ctx, r, sl, n, a.rec.Step)
+	case actRetry:
+		if held, err := a.stillFailed(ctx); err != nil || held {
+			if held {
+				a.log().Info("rollout: resumed, but this node's failed slot is not cleared yet", "slot", a.rec.Slot)
+			}
+			return false, a.retryAfter(), err
+		}
+		a.rec.Slot, a.rec.Phase, a.rec.ResumedAt = "", "", resumedAt(r)
+		a.slot = nil
+		return true, 0, a.save()
+	}
+	return false, 0, nil
+}
+
+// adopt makes r the Record's rollout, its progress dropped when r is
+// another rollout (or the same name made anew).
+func (a *Agent) adopt(r *v1alpha1.FlexNodeRollout) {
+	if a.rec.UID != r.UID || a.rec.Rollout != r.Name {
+		a.rec = Record{Rollout: r.Name, UID: r.UID, Applied: a.rec.Applied, ResumedAt: resumedAt(r)}
+		a.slot, a.slots = nil, nil
+	}
+	a.rec.Generation = r.Generation
+}
+
+func alsoSelected(r *v1alpha1.FlexNodeRollout, others []string) string {
+	if len(others) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; also selected by %s: follows the oldest, %s", strings.Join(others, ", "), r.Name)
+}
+
+// start compares the release with what the node runs, and stages it
+// when it does not: Updated, Staged, or Failed at stage (no slot taken).
+func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others []string) (bool, time.Duration, error) {
+	rel := r.Spec.Release
+	running, err := a.Host.Running(ctx, rel)
+	if err != nil {
+		return false, 0, fmt.Errorf("compare the release with what the node runs: %w", err)
+	}
+	if running {
+		a.rec.Slot, a.rec.Applied = "", a.applied(r)
+		return false, 0, a.report(ctx, PhaseUpdated, "", "", "runs the release"+alsoSelected(r, others))
+	}
+	a.log().Info("rollout: staging the release on the inactive side", "rollout", r.Name, "generation", r.Generation)
+	if err := a.Host.Stage(ctx, rel); err != nil {
+		if errors.Is(err, ErrBusy) || ctx.Err() != nil {
+			return false, a.retryAfter(), nil
+		}
+		step, reason := stepAndReason(err, StepStage, "StageFailed")
+		a.rec.ResumedAt = resumedAt(r)
+		return false, 0, a.report(ctx, PhaseFailed, step, reason, err.Error())
+	}
+	return true, 0, a.report(ctx, PhaseStaged, "", "", "staged on the inactive side"+alsoSelected(r, others))
+}
+
+func (a *Agent) applied(r *v1alpha1.FlexNodeRollout) *AppliedRelease {
+	return &AppliedRelease{Rollout: r.Name, Generation: r.Generation, Release: r.Spec.Release, At: a.now()}
+}
+
+// stepAndReason is err's step and reason when the Host named them, else
+// the defaults.
+func stepAndReason(err error, step, reason string) (string, string) {
+	var se *StepError
+	if errors.As(err, &se) {
+		if se.Step != "" {
+			step = se.Step
+		}
+		if se.Reason != "" {
+			reason = se.Reason
+		}
+	}
+	return step, reason
+}
+
+// acquire takes (or re-adopts) a slot of r for this node, out of
+// maxUnavailable resolved against the Nodes r selects.
+func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *corev1.Node) (*Slot, error) {
+	selected, _ := peers(r, a.cache.allNodes())
+	max, err := v1alpha1.ResolveMaxUnavailable(r.Spec.Strategy.MaxUnavailable, selected)
+	if err != nil {
+		return nil, fmt.Errorf("rollout %s: spec.strategy.maxUnavailable: %w", r.Name, err)
+	}
+	s := a.slotsFor(r, n)
+	sl, err := s.Acquire(ctx, max)
+	if err != nil {
+		return nil, err
+	}
+	if sl.Readopted {
+		a.log().Info("rollout: re-adopted this node's slot", "slot", sl.Lease.Name, "previous-boot", sl.PreviousBootID)
+	}
+	return sl, nil
+}
+
+// slotsFor is r's slots as this node holds them; kept across passes, so
+// expiry is judged from what this process saw (see Slots).
+func (a *Agent) slotsFor(r *v1alpha1.FlexNodeRollout, n *corev1.Node) *Slots {
+	boot := a.BootID
+	if boot == "" {
+		boot = n.Status.NodeInfo.BootID
+	}
+	h := Holder{Node: n.Name, UID: n.UID, BootID: boot}
+	if a.slots == nil || a.slots.Rollout != r.Name || a.slots.Holder != h {
+		a.slots = &Slots{Store: connStore{a}, Nodes: connNodes{a}, Rollout: r.Name, Holder: h, TTL: a.ttl(),
+			Now: a.Now, Owner: v1alpha1.OwnerReference(r)}
+	}
+	return a.slots
+}
+
+// stillFailed says whether the slot the Record names is still this
+// node's (a resume clears it before it sets resumed-at, so this is a
+// resume that has not finished).
+func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
+	if a.rec.Slot == "" || a.slots == nil {
+		return false, nil
+	}
+	list, err := a.conn().Slots.List(ctx)
+	if err != nil {
+		return false, fmt.Errorf("list the slots: %w", err)
+	}
+	for _, l := range list.Items {
+		if l.Name != a.rec.Slot {
+			continue
+		}
+		h, _ := ParseHolder(holderOf(&l))
+		return h.Node == a.slots.Holder.Node && h.UID == a.slots.Holder.UID, nil
+	}
+	return false, nil
+}
+
+// connStore and connNodes reach the API server through the agent's
+// current clients.
+type connStore struct{ a *Agent }
+
+func (s connStore) List(ctx context.Context) (*coordinationv1.LeaseList, error) {
+	return s.a.conn().Slots.List(ctx)
+}
+func (s connStore) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return s.a.conn().Slots.Create(ctx, l)
+}
+func (s connStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return s.a.conn().Slots.Update(ctx, l)
+}
+
+type connNodes struct{ a *Agent }
+
+func (n connNodes) Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error) {
+	return n.a.conn().Nodes.Get(ctx, name, opts)
+}
+
+// loadRecordOrEmpty is the Record at path, empty when there is none.
+func loadRecordOrEmpty(path string) (Record, error) {
+	rec, err := LoadRecord(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, nil
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("the rollout record: %w", err)
+	}
+	return rec, nil
+}

@@ -1,0 +1,127 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
+)
+
+// coreCodecs is core/v1 alone, made on first use, for the status
+// writer's Nodes and Events (the reason store.go's codecs give: no
+// generated clientset, nothing registered at process start).
+var coreCodecs = sync.OnceValues(func() (serializer.CodecFactory, runtime.ParameterCodec) {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		panic(fmt.Sprintf("fleet core scheme: %v", err)) // a programming error
+	}
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return serializer.NewCodecFactory(s), runtime.NewParameterCodec(s)
+})
+
+// coreClient is the few core/v1 calls the status writer makes: list and
+// watch the Nodes, create Events.
+type coreClient struct {
+	rc     *rest.RESTClient
+	params runtime.ParameterCodec
+}
+
+func newCoreClient(c *rest.Config, hc *http.Client) (*coreClient, error) {
+	cfg := *c
+	cf, pc := coreCodecs()
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.APIPath = "/api"
+	cfg.NegotiatedSerializer = cf.WithoutConversion()
+	cfg.UserAgent = buildinfo.UserAgent()
+	var rc *rest.RESTClient
+	var err error
+	if hc != nil {
+		rc, err = rest.RESTClientForConfigAndClient(&cfg, hc)
+	} else {
+		rc, err = rest.RESTClientFor(&cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("core client: %w", err)
+	}
+	return &coreClient{rc: rc, params: pc}, nil
+}
+
+// listTimeout bounds one list of the informers; watchSlack bounds a
+// watch beyond the server's own timeoutSeconds, so a connection that
+// stalls is given up and the informer opens the next.
+const (
+	listTimeout = 60 * time.Second
+	watchSlack  = 30 * time.Second
+)
+
+// nodesListWatch is the Nodes as an informer's source: lists from the
+// watch cache (the reflector's resourceVersion "0").
+func (c *coreClient) nodesListWatch() cache.ListerWatcher {
+	return plainList{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			ctx, cancel := context.WithTimeout(ctx, listTimeout)
+			defer cancel()
+			out := &corev1.NodeList{}
+			err := c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Do(ctx).Into(out)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch = true
+			return boundedWatch(ctx, opts, func(ctx context.Context) (watch.Interface, error) {
+				return c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Watch(ctx)
+			})
+		},
+	}}
+}
+
+// createEvent creates ev in its namespace.
+func (c *coreClient) createEvent(ctx context.Context, ev *corev1.Event) error {
+	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+}
+
+// boundedWatch opens a watch whose context ends watchSlack after the
+// server's timeoutSeconds, released when the informer stops the watch.
+func boundedWatch(ctx context.Context, opts metav1.ListOptions, open func(context.Context) (watch.Interface, error)) (watch.Interface, error) {
+	bound := watchSlack
+	if opts.TimeoutSeconds != nil {
+		bound += time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	w, err := open(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return stopWatch{w, cancel}, nil
+}
+
+type stopWatch struct {
+	watch.Interface
+	cancel context.CancelFunc
+}
+
+func (w stopWatch) Stop() {
+	w.Interface.Stop()
+	w.cancel()
+}
+
+// plainList keeps an informer's first request a plain list at
+// resourceVersion "0", which every API server answers from its watch
+// cache, rather than client-go's streaming list (WatchListClient), which
+// needs the server's WatchList feature and falls back to that list where
+// it is off (as the daemon's Node cache does).
+type plainList struct{ *cache.ListWatch }
+
+func (plainList) IsWatchListSemanticsUnSupported() bool { return true }
