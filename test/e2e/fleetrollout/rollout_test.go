@@ -11,7 +11,12 @@
 // exits on one host only pauses the rollout by itself: that host rolls
 // back and keeps its slot, the rollout's status names it, the nodes that
 // had not started stay where they were; after the host is fixed, `fleet
-// resume` finishes the rollout.
+// resume` finishes the rollout. A release one host cannot stage (its
+// worker image's digest does not match what it is served) stops every
+// node from starting. The elected status writer killed mid-rollout is
+// replaced by another agent. A node that loses power holding a slot
+// keeps it for its lease's length, and the rollout completes once it is
+// back. A node deleted holding a slot frees it at once.
 //
 // Nothing here fakes the product: the agents are the real daemon on real
 // systemd, the slots and the status are what they write to a real
@@ -62,10 +67,22 @@ func TestFleetRollout(t *testing.T) {
 	e := setUp(ctx, t, specs, nil)
 	e.joinAll(t)
 	t.Logf("BENCH rollout-e2e setup-and-join=%v", time.Since(begin).Round(time.Millisecond))
-	if !t.Run("maxUnavailable-1-to-B", e.happyPath) {
-		return
+	for _, sc := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"maxUnavailable-1-to-B", e.happyPath},
+		{"one-host-fails-C-pauses-then-resume", e.failOnOneHost},
+		{"one-host-cannot-stage-D", e.stageFailsOnOneHost},
+		{"status-writer-killed", func(t *testing.T) { e.writerKilled(t, "to-d") }},
+		{"power-cut-while-holding-a-slot", e.powerCut},
+		{"node-deleted-while-holding-a-slot", e.nodeDeleted},
+	} {
+		// Each scenario starts from where the one before left the fleet.
+		if !t.Run(sc.name, sc.run) {
+			return
+		}
 	}
-	t.Run("one-host-fails-C-pauses-then-resume", e.failOnOneHost)
 	t.Logf("BENCH rollout-e2e total=%v", time.Since(begin).Round(time.Millisecond))
 }
 
