@@ -26,8 +26,10 @@ deps:
 # 505 s, tokenrefresh 426 s, day2 251 s, fleet 140 s, ignition 63 s,
 # the others under a minute; the root module's integration 129 s):
 # - E2E_EARLY start at once, in the background, side by side: tokenrefresh
-#   watches a node for 6 minutes, mostly waiting, and join and repave each
-#   take longer than everything else that runs meanwhile;
+#   watches a node for 6 minutes, mostly waiting, and join, repave and
+#   fleetrollout (four hosts through five rollouts, mostly waiting for
+#   soaks, leases and Ready) each take longer than everything else that
+#   runs meanwhile;
 # - meanwhile the root module's tests, then the failpoints build's;
 # - then the rest of test/e2e, E2E_LONGEST first, two at a time (go test
 #   starts packages in the order it is given them).
@@ -38,7 +40,7 @@ deps:
 # -timeout: on a cold cache test/fixtures builds the worker image and the
 # bundle (twice, to prove it reproducible) under the race detector, which
 # takes longer than go test's default 10 minutes.
-E2E_EARLY := tokenrefresh join repave
+E2E_EARLY := tokenrefresh join repave fleetrollout
 E2E_LONGEST := fleet ignition day2
 test: deps build
 	test/e2e/build-k8s.sh >/dev/null

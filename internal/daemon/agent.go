@@ -61,6 +61,9 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		if follower != nil {
 			a.Loops = append(a.Loops, FollowMachine(follower))
 		}
+		// The fleet's rollouts (a node whose AKS Machine is its goal
+		// reports ManagedElsewhere and never takes a slot).
+		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Events: rec}))
 		// The node's bridge network reaches the other nodes' pods; in
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {

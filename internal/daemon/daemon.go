@@ -11,6 +11,9 @@
 //   - follow-machine (follow_machine*.go) follows the node's AKS Machine
 //     as its goal (labels and taints in place, a repave once AKS deleted
 //     the Node, the deletion reset) and retries a failed registration;
+//   - follow-rollout (follow_rollout*.go) runs the node's part of the
+//     fleet's FlexNodeRollouts (fleet.Agent) with the repave as its host:
+//     stage, switch, the soak's probe;
 //   - keep-pod-routes (keep_pod_routes.go) routes to the other Nodes' pod
 //     CIDRs from a watch on the Nodes;
 //   - keep-host-routes (keep_host_routes.go) keeps hostRouting's static

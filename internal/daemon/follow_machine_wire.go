@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/identity"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
@@ -17,6 +18,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 // newMachineFollower is the agent's follower of config c's AKS Machine;
@@ -61,36 +63,64 @@ func armClient(c *config.Config, l layout.Layout) func() (*machineapi.Client, er
 // with the holder (*nodelock.HeldError), and never waits for it.
 func repaveTo(l layout.Layout, log *slog.Logger) func(ctx context.Context, c *config.Config) error {
 	return func(ctx context.Context, c *config.Config) error {
-		applied, err := state.Open(l).Applied()
+		r, pf, err := newRepave(l, log, c, repaveSettings{Loop: followMachineLoop})
 		if err != nil {
 			return err
 		}
-		if applied == nil {
-			return fmt.Errorf("this host has not joined (no %s/%s)", l.StateDir(), state.AppliedFile)
-		}
-		data, err := os.ReadFile(l.OnRoot(l.ConfigFile()))
-		if err != nil {
-			return err
-		}
-		out := logWriter{log: log}
-		r := lifecycle.NewRepave(lifecycle.RepaveOptions{
-			Options:           lifecycle.Options{Layout: l, Config: c, ConfigFile: l.ConfigFile(), ConfigData: data, Log: log, Progress: out},
-			KubernetesVersion: c.Components.Kubernetes,
-		}, *applied)
-		pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
 		_, err = r.Run(ctx, pf)
 		return err
 	}
 }
 
+// repaveSettings are what a loop sets on its repave beyond the config.
+type repaveSettings struct {
+	// Loop names the repave's log lines.
+	Loop string
+	// DrainTimeout bounds the drain; 0 is the repave's default.
+	DrainTimeout time.Duration
+	// Drain is the drain's opt-ins.
+	Drain drain.Options
+	// Observer is told each phase and task.
+	Observer task.Observer
+}
+
+// newRepave is the repave of the joined node to config c (the config
+// file's bytes recorded as it is) and its preflight, as node upgrade
+// makes them.
+func newRepave(l layout.Layout, log *slog.Logger, c *config.Config, s repaveSettings) (*lifecycle.Repave, lifecycle.Preflight, error) {
+	applied, err := state.Open(l).Applied()
+	if err != nil {
+		return nil, lifecycle.Preflight{}, err
+	}
+	if applied == nil {
+		return nil, lifecycle.Preflight{}, fmt.Errorf("this host has not joined (no %s/%s)", l.StateDir(), state.AppliedFile)
+	}
+	data, err := os.ReadFile(l.OnRoot(l.ConfigFile()))
+	if err != nil {
+		return nil, lifecycle.Preflight{}, err
+	}
+	out := logWriter{log: log, loop: s.Loop}
+	r := lifecycle.NewRepave(lifecycle.RepaveOptions{
+		Options: lifecycle.Options{Layout: l, Config: c, ConfigFile: l.ConfigFile(), ConfigData: data, Log: log, Progress: out,
+			Observer: s.Observer, Drain: s.Drain},
+		KubernetesVersion: c.Components.Kubernetes,
+		DrainTimeout:      s.DrainTimeout,
+	}, *applied)
+	pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
+	return r, pf, nil
+}
+
 // logWriter puts the repave's own lines (its progress, its preflight
 // report) in the agent's log, one log line each.
-type logWriter struct{ log *slog.Logger }
+type logWriter struct {
+	log  *slog.Logger
+	loop string
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		if line != "" {
-			w.log.Info(followMachineLoop + ": " + line)
+			w.log.Info(w.loop + ": " + line)
 		}
 	}
 	return len(p), nil

@@ -126,7 +126,7 @@ type host struct {
 }
 
 func (h *host) Running(context.Context, v1alpha1.Release) (bool, error) { return false, nil }
-func (h *host) Stage(context.Context, v1alpha1.Release) error            { return nil }
+func (h *host) Stage(context.Context, v1alpha1.Release) error           { return nil }
 func (h *host) Switch(context.Context, v1alpha1.Release, time.Duration) error {
 	return nil
 }

@@ -55,6 +55,8 @@ type Registry struct {
 	repairs     *prometheus.CounterVec
 	decisions   *prometheus.CounterVec
 	decision    *prometheus.GaugeVec
+	slotsHeld   prometheus.Gauge
+	phase       *prometheus.GaugeVec
 	store       *Store
 	writer      statusWriterMetrics
 
@@ -87,11 +89,19 @@ func NewRegistry(l layout.Layout) *Registry {
 			Namespace: Namespace, Name: "machine_goal_decision",
 			Help: "1, labelled with the follow-machine loop's last decision on the AKS Machine's goal (one series at a time).",
 		}, []string{"decision"}),
+		slotsHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "rollout_slots_held",
+			Help: "Slots of a FlexNodeRollout this node holds (0 or 1; a failed node keeps its slot).",
+		}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "rollout_phase",
+			Help: "1, labelled with the rollout that selects this node and the node's phase in it (Staged, Updating, Updated, Failed, ManagedElsewhere; one series at a time).",
+		}, []string{"rollout", "phase"}),
 		store: OpenStore(l),
 		seen:  map[string]bool{},
 	}
 	r.writer = newStatusWriterMetrics(r.reg)
-	r.reg.MustRegister(r.reconcile, r.lastSuccess, r.repairs, r.decisions, r.decision,
+	r.reg.MustRegister(r.reconcile, r.lastSuccess, r.repairs, r.decisions, r.decision, r.slotsHeld, r.phase,
 		&storeCollector{store: r.store}, &infoCollector{layout: l},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
@@ -139,4 +149,26 @@ func (r *Registry) MachineDecision(decision string) {
 	defer r.mu.Unlock()
 	r.decision.Reset()
 	r.decision.WithLabelValues(decision).Set(1)
+}
+
+// RolloutSlotsHeld records how many rollout slots the node holds.
+func (r *Registry) RolloutSlotsHeld(n int) {
+	if r == nil {
+		return
+	}
+	r.slotsHeld.Set(float64(n))
+}
+
+// RolloutPhase records the node's phase in rollout (none when rollout
+// is empty: no rollout selects it).
+func (r *Registry) RolloutPhase(rollout, phase string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase.Reset()
+	if rollout != "" {
+		r.phase.WithLabelValues(rollout, phase).Set(1)
+	}
 }

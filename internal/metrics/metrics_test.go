@@ -176,4 +176,26 @@ func TestNilRegistry(t *testing.T) {
 	var r *Registry
 	r.LoopDone("x", time.Second, nil)
 	r.Repaired("y")
+	r.RolloutSlotsHeld(1)
+	r.RolloutPhase("r", "Staged")
+}
+
+// The rollout phase is one series at a time; the slots held a gauge.
+func TestRolloutMetrics(t *testing.T) {
+	reg := NewRegistry(testLayout(t, true))
+	reg.RolloutPhase("edge-b", "Staged")
+	reg.RolloutPhase("edge-b", "Updating")
+	reg.RolloutSlotsHeld(1)
+	fams := scrape(t, reg)
+	ms := fams["aks_flex_node_rollout_phase"].GetMetric()
+	if len(ms) != 1 || label(ms[0], "rollout") != "edge-b" || label(ms[0], "phase") != "Updating" || ms[0].GetGauge().GetValue() != 1 {
+		t.Errorf("rollout phase: %v", ms)
+	}
+	if g := fams["aks_flex_node_rollout_slots_held"].GetMetric()[0].GetGauge().GetValue(); g != 1 {
+		t.Errorf("slots held %v", g)
+	}
+	reg.RolloutPhase("", "")
+	if ms := scrape(t, reg)["aks_flex_node_rollout_phase"].GetMetric(); len(ms) != 0 {
+		t.Errorf("no rollout, still a phase: %v", ms)
+	}
 }

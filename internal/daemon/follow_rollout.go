@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/events"
+	"github.com/Azure/aks-flex-node/internal/fleet"
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
+	"github.com/Azure/aks-flex-node/internal/node"
+	"github.com/Azure/aks-flex-node/internal/state"
+)
+
+// followRolloutLoop names the loop in logs.
+const followRolloutLoop = "follow-rollout"
+
+// RolloutFollower runs the node's part of the fleet's rollouts
+// (fleet.Agent, DESIGN decision 12) with this host's repave as its Host
+// (rolloutHost). A pass lasts as long as the agent runs: it watches, it
+// does not poll. A cluster without the fleet's CRD (cluster prepare
+// --fleet not run) or without its RBAC is looked at again after a
+// doubling wait (up to noFleetMaxWait), not every interval.
+type RolloutFollower struct {
+	Keeper *MachineKeeper
+	// Config is the config the agent loaded.
+	Config *config.Config
+	Events *events.Recorder
+
+	noFleetWait time.Duration
+	nextLook    time.Time
+}
+
+// noFleetMaxWait bounds the wait between looks at a cluster with no fleet.
+const noFleetMaxWait = 30 * time.Minute
+
+// FollowRollout is the loop; it needs the API server.
+func FollowRollout(f *RolloutFollower) Loop {
+	return Loop{Name: followRolloutLoop, Run: f.Follow}
+}
+
+// Follow runs the agent until ctx ends (nil then), once the host has
+// joined and the cluster serves the rollouts to this node.
+func (f *RolloutFollower) Follow(ctx context.Context) error {
+	k := f.Keeper
+	if joined, err := k.joined(); err != nil || !joined {
+		return err
+	}
+	a, err := state.Open(k.Layout).Applied()
+	if err != nil || a == nil || a.NodeName == "" {
+		return err
+	}
+	if time.Now().Before(f.nextLook) {
+		return nil
+	}
+	connect := rolloutClients(f.Config, k.Layout)
+	cl, err := connect()
+	if err != nil {
+		return fmt.Errorf("%s: %w", followRolloutLoop, err)
+	}
+	if _, err := cl.Rollouts.List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		f.noFleetWait = min(max(2*f.noFleetWait, time.Minute), noFleetMaxWait)
+		f.nextLook = time.Now().Add(f.noFleetWait)
+		k.Log.Info(followRolloutLoop+": the cluster does not serve FlexNodeRollouts to this node; looking again later",
+			"fix", "aks-flex-node cluster prepare --fleet", "error", err, "next-look-in", f.noFleetWait)
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("%s: list the rollouts: %w", followRolloutLoop, err)
+	}
+	f.noFleetWait = 0
+	_, managed, _ := machineapi.IDFromConfig(f.Config)
+	agent := &fleet.Agent{
+		NodeName: a.NodeName,
+		Host: &rolloutHost{layout: k.Layout, config: f.Config, log: k.Log, control: k.Control,
+			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName},
+		Connect:          connect,
+		RecordPath:       k.Layout.OnRoot(k.Layout.RolloutRecord()),
+		ManagedElsewhere: managed,
+		Events:           f.Events,
+		Metrics:          k.Metrics,
+		Log:              k.Log,
+	}
+	err = agent.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", followRolloutLoop, err)
+}
+
+// rolloutClients makes the agent's clients with the node's credential
+// from the machine that serves at each call: the Nodes and the rollouts
+// as informers follow them (no client-side bound that would cut a
+// watch), the slots with the agent loops' bound on each request.
+func rolloutClients(c *config.Config, l layout.Layout) func() (fleet.Clients, error) {
+	return func() (fleet.Clients, error) {
+		cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())))
+		if err != nil {
+			return fleet.Clients{}, fmt.Errorf("the node's credential: %w", err)
+		}
+		kc, err := kubeclient.New(cfg, kubeclient.Follow)
+		if err != nil {
+			return fleet.Clients{}, err
+		}
+		ro, err := fleet.NewRollouts(cfg, nil)
+		if err != nil {
+			return fleet.Clients{}, err
+		}
+		sc := *cfg
+		sc.Timeout = kubeclient.AgentLoop.Timeout
+		st, err := fleet.NewSlotStore(&sc, nil, v1alpha1.Namespace)
+		if err != nil {
+			return fleet.Clients{}, err
+		}
+		return fleet.Clients{Nodes: kc.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
+	}
+}

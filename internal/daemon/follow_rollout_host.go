@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/drain"
+	"github.com/Azure/aks-flex-node/internal/fleet"
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
+	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/machine"
+	"github.com/Azure/aks-flex-node/internal/state"
+	"github.com/Azure/aks-flex-node/internal/task"
+)
+
+// rolloutHost is fleet.Host on this host: lifecycle's repave. Stage runs
+// the repave's preflight, stage and prepare phases (the node keeps
+// serving); Switch runs the whole repave, with its drain and rollback;
+// Healthy is the soak's probe.
+type rolloutHost struct {
+	layout layout.Layout
+	// config is the config file as the agent loaded it: the base the
+	// applied release and the rollout's release overlay.
+	config   *config.Config
+	log      *slog.Logger
+	control  *machine.Control
+	client   func() (kubeclient.Interface, error)
+	nodeName string
+
+	mu       sync.Mutex
+	baseline *soakBaseline // what the soak compares with; nil until known
+}
+
+// goal is the config the node moves to for rel: the config file, the
+// release a rollout moved the node to before (the Record's Applied: a
+// release that sets one field keeps what an earlier one set), then rel.
+func (h *rolloutHost) goal(rel v1alpha1.Release) *config.Config {
+	c := h.current()
+	next, _ := (&fleet.AppliedRelease{Release: rel}).Overlay(c)
+	return next
+}
+
+// current is the config the node runs by: the file under the Record's
+// Applied release.
+func (h *rolloutHost) current() *config.Config {
+	rec, err := fleet.LoadRecord(h.layout.OnRoot(h.layout.RolloutRecord()))
+	if err != nil {
+		return h.config
+	}
+	c, _ := rec.Applied.Overlay(h.config)
+	return c
+}
+
+// Running says whether the active side runs every field rel sets: its
+// Kubernetes version and worker image digest (the sides record), the
+// bundle source it was built from, the agent binary's SHA-256.
+func (h *rolloutHost) Running(_ context.Context, rel v1alpha1.Release) (bool, error) {
+	sides, err := state.Open(h.layout).Sides()
+	if err != nil {
+		return false, err
+	}
+	if sides == nil {
+		return false, fmt.Errorf("no sides record in %s: has this host joined?", h.layout.StateDir())
+	}
+	side := sides.Machines[sides.Active]
+	if v := rel.KubernetesVersion; v != "" && strings.TrimPrefix(v, "v") != strings.TrimPrefix(side.KubernetesVersion, "v") {
+		return false, nil
+	}
+	if ref := rel.WorkerImage; ref != "" {
+		_, digest, _ := strings.Cut(ref, "@")
+		if digest != side.ImageDigest {
+			return false, nil
+		}
+	}
+	if src := rel.Artifacts; src != "" && src != h.current().Bootstrap.OfflineArtifacts.Source {
+		return false, nil
+	}
+	if a := rel.Agent; a != nil {
+		sum, err := fileSHA256(h.layout.OnRoot(h.layout.AgentBinary()))
+		if err != nil || sum != a.SHA256 {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// Stage fetches, verifies and unpacks rel into the machine that does not
+// serve (Repave.Stage).
+func (h *rolloutHost) Stage(ctx context.Context, rel v1alpha1.Release) error {
+	if rel.Agent != nil {
+		if ok, _ := h.Running(ctx, v1alpha1.Release{Agent: rel.Agent}); !ok {
+			return &fleet.StepError{Step: fleet.StepStage, Reason: "AgentReleaseUnsupported",
+				Err: errors.New("spec.release.agent: this agent does not install an agent binary from a rollout yet; upgrade the agent on its own (aks-flex-node agent upgrade) or drop the field")}
+		}
+	}
+	r, pf, err := newRepave(h.layout, h.log, h.goal(rel), repaveSettings{Loop: followRolloutLoop})
+	if err != nil {
+		return err
+	}
+	if err := r.Stage(ctx, pf); err != nil {
+		return stageError(err)
+	}
+	return nil
+}
+
+// Switch repaves the node to rel: cordon, drain (bounded by drainTimeout;
+// DaemonSet pods stay, as kubectl drain --ignore-daemonsets leaves them:
+// their controller puts them back at once), the switch with its
+// rollback. The repave never uncordons a Node that was cordoned before
+// it. The pods the soak waits for are noted before the drain.
+func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTimeout time.Duration) error {
+	pods, err := h.daemonSetPods(ctx)
+	if err != nil {
+		h.log.Warn(followRolloutLoop+": note the node's DaemonSet pods before the drain; the soak will not wait for them", "error", err)
+	}
+	h.mu.Lock()
+	h.baseline = nil
+	h.mu.Unlock()
+	obs := &phaseObserver{ctx: ctx}
+	r, pf, err := newRepave(h.layout, h.log, h.goal(rel), repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout,
+		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
+	if err != nil {
+		return err
+	}
+	if _, err := r.Run(ctx, pf); err != nil {
+		return switchError(err, obs.last())
+	}
+	b, err := h.takeBaseline(ctx)
+	if err != nil {
+		h.log.Warn(followRolloutLoop+": note the units' restarts after the switch; the first soak probe does", "error", err)
+		return nil
+	}
+	b.pods = pods
+	h.mu.Lock()
+	h.baseline = b
+	h.mu.Unlock()
+	return nil
+}
+
+// phaseObserver tells the agent the repave's drain and switch phases as
+// they start (fleet.Progress) and remembers the last one, where a
+// failure happened.
+type phaseObserver struct {
+	ctx   context.Context
+	mu    sync.Mutex
+	phase string
+}
+
+func (o *phaseObserver) PhaseStarted(name string) {
+	o.mu.Lock()
+	o.phase = name
+	o.mu.Unlock()
+	if name == fleet.StepDrain || name == fleet.StepSwitch {
+		fleet.Progress(o.ctx, name)
+	}
+}
+func (o *phaseObserver) TaskStarted(string)                                 {}
+func (o *phaseObserver) TaskDone(string, task.Result, error, time.Duration) {}
+
+func (o *phaseObserver) last() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.phase
+}
