@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/Azure/aks-flex-node/internal/apiprobe"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/events"
@@ -64,6 +66,11 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger) (*Agent, error) {
 		// The fleet's rollouts (a node whose AKS Machine is its goal
 		// reports ManagedElsewhere and never takes a slot).
 		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Events: rec}))
+		// Every agent is a candidate for writing the rollouts' status.
+		a.Loops = append(a.Loops, WriteRolloutStatus(&RolloutStatusWriter{NodeName: c.Agent.NodeName, Log: log, Metrics: reg,
+			Config: func() (*rest.Config, error) {
+				return node.ClientConfig(c, l, l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())))
+			}}))
 		// The node's bridge network reaches the other nodes' pods; in
 		// networking.mode cluster the cluster's CNI routes them.
 		if !c.Networking.ClusterCNI() {

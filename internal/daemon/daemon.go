@@ -22,7 +22,10 @@
 //     (internal/recovery's rule, which keep-machine follows too: the
 //     applied state's side runs, the other is stopped first);
 //   - report-upgrade-outcome (report_upgrade_outcome.go) records a rollback
-//     of an agent upgrade as an Event on the Node.
+//     of an agent upgrade as an Event on the Node;
+//   - write-rollout-status (write_rollout_status.go) is the agent's
+//     candidacy for writing the FlexNodeRollouts' status (one agent of
+//     the cluster, elected, writes it).
 //
 // Every loop reports through the same metrics registry and event recorder.
 // Loops that change the node hold the node lock (internal/nodelock) while

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/Azure/aks-flex-node/internal/fleet"
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/metrics"
+)
+
+// writeRolloutStatusLoop names the loop in logs.
+const writeRolloutStatusLoop = "write-rollout-status"
+
+// RolloutStatusWriter is every agent's candidacy for writing the
+// FlexNodeRollouts' status (fleet.StatusWriter): one agent of the
+// cluster, elected through the FlexNodeSlot status-writer, writes it;
+// when it dies or is cut off, another takes over within the lease
+// duration (fleet.DefaultLeaseDuration and its neighbours say why those
+// values). Nothing in the cluster has to run for it.
+type RolloutStatusWriter struct {
+	// NodeName is this node's; the candidate holds the lock in its name.
+	NodeName string
+	// Config is the node's own credential (called at each election term:
+	// the kubelet's client certificate rotates and a repave switches the
+	// machine it is read from).
+	Config  func() (*rest.Config, error)
+	Log     *slog.Logger
+	Metrics *metrics.Registry
+	// LeaseDuration and Election's periods: zero values are the fleet
+	// package's defaults (tests shorten them).
+	LeaseDuration time.Duration
+	Election      fleet.Election
+}
+
+// WriteRolloutStatus is the loop; it needs the API server.
+func WriteRolloutStatus(w *RolloutStatusWriter) Loop {
+	return Loop{Name: writeRolloutStatusLoop, Run: w.Term}
+}
+
+// Term is one pass: when the cluster has rollouts, campaign, and while
+// elected write their status, until the lock is lost (an error: the
+// next pass campaigns again) or ctx ends. A cluster without the CRD
+// (`cluster prepare --fleet` not applied) or without a rollout costs one
+// read from the watch cache per pass.
+func (w *RolloutStatusWriter) Term(ctx context.Context) error {
+	cfg, err := w.Config()
+	if err != nil {
+		return fmt.Errorf("the node's credential: %w", err)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	ro, err := fleet.NewRollouts(cfg, hc)
+	if err != nil {
+		return err
+	}
+	list, err := ro.List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // no FlexNodeRollout CRD: nothing to write
+	case err != nil:
+		return fmt.Errorf("list rollouts: %w", err)
+	case len(list.Items) == 0:
+		return nil
+	}
+	lease := w.LeaseDuration
+	if lease <= 0 {
+		lease = fleet.DefaultLeaseDuration
+	}
+	lock, err := fleet.NewSlotLock(cfg, hc, v1alpha1.Namespace, fleet.StatusWriterSlot, fleet.WriterIdentity(w.NodeName), lease)
+	if err != nil {
+		return err
+	}
+	sw, err := fleet.NewStatusWriter(cfg, hc, lock.Identity(), w.Log)
+	if err != nil {
+		return err
+	}
+	sw.Wrote = w.Metrics.StatusWritten
+	e := w.Election
+	e.Lock, e.Log, e.Lead, e.Leading = lock, w.Log, sw.Run, w.Metrics.StatusWriter
+	err = e.Run(ctx)
+	if errors.Is(err, fleet.ErrLeadershipLost) {
+		return fmt.Errorf("%s: %w; campaigning again at the next pass", writeRolloutStatusLoop, err)
+	}
+	return err
+}
