@@ -157,8 +157,8 @@ func (e *env) failOnOneHost(t *testing.T) {
 
 	e.reg.swap(bad.ns, bundleRepo+":"+tag, "")
 	out, err := e.fleetCLI(e.ctx, "resume", "to-c")
-	t.Logf("fleet resume to-c: %v\n%s", err, out)
 	must(t, err)
+	t.Logf("fleet resume to-c:\n%s", out)
 	e.waitComplete(t, "to-c", 15*time.Minute)
 	e.checkAtMostOneDisrupted(t, w, began)
 	e.checkOnRelease(t, "to-c", "c", "kube1")
