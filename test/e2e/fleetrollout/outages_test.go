@@ -79,9 +79,10 @@ func (e *env) stageFailsOnOneHost(t *testing.T) {
 
 // powerCut: the first node to take a slot of to-d loses power while it
 // holds it. For a lease's length after its last renewal nobody takes
-// the slot (checked until then: it is the TTL less one renewal interval
-// after the cut); then it may (the lease expired). The node comes back
-// (same disk), its agent resumes, and the rollout completes on D.
+// the slot (checked until the TTL less one renewal interval after the
+// cut); then another node may (the lease expired: logged, with when).
+// The node comes back (same disk) one and a half leases after the cut,
+// its agent resumes, and the rollout completes on D.
 func (e *env) powerCut(t *testing.T) {
 	var cut *host
 	e.waitFor(t, "a node holds a slot of to-d", 5*time.Minute, func(ctx context.Context) error {
@@ -107,16 +108,27 @@ func (e *env) powerCut(t *testing.T) {
 		}
 	}()
 	// The other agents judge expiry from when they saw the slot last
-	// change: at most one renewal interval before the cut.
-	safe := cutAt.Add(slotTTL - slotTTL/3)
-	for time.Now().Before(safe) {
+	// change: at most one renewal interval before the cut. Until then
+	// the slot must stay the cut node's; the host stays off half a
+	// lease longer, and whether another node took the slot meanwhile
+	// (the lease expired) is logged.
+	safe, off := cutAt.Add(slotTTL-slotTTL/3), cutAt.Add(slotTTL+slotTTL/2)
+	var takenBy map[string]string
+	for time.Now().Before(off) {
 		h, err := e.holders(e.ctx, "to-d")
 		must(t, err)
-		if _, ok := h[cut.name]; !ok || len(h) != 1 {
-			t.Fatalf("+%v after the power cut of %s, slots of to-d held by %v; its lease (%v) has not expired",
-				time.Since(cutAt).Round(time.Millisecond), cut.name, h, slotTTL)
+		if _, ok := h[cut.name]; (!ok || len(h) != 1) && takenBy == nil {
+			takenBy = h
+			t.Logf("BENCH rollout-e2e power-cut slot-taken-over-after=%v by %v", time.Since(cutAt).Round(time.Millisecond), h)
+			if time.Now().Before(safe) {
+				t.Fatalf("+%v after the power cut of %s, slots of to-d held by %v; its lease (%v) has not expired",
+					time.Since(cutAt).Round(time.Millisecond), cut.name, h, slotTTL)
+			}
 		}
 		time.Sleep(time.Second)
+	}
+	if takenBy == nil {
+		t.Logf("BENCH rollout-e2e power-cut slot-taken-over-after=none in %v (still %s's)", off.Sub(cutAt), cut.name)
 	}
 	must(t, cut.h.PowerOn(e.ctx))
 	on = true
