@@ -55,6 +55,21 @@ nothing changes. A registration start could not make is retried. The
 applied eTag, the last decision and error are the Node's FlexNodeMachine
 condition, in status, debug and /metrics.
 
+It follows the cluster's FlexNodeRollouts (loop follow-rollout; after
+cluster prepare --fleet) through a watch, not a poll: for the oldest
+rollout whose nodeSelector selects its Node it stages the release on the
+inactive side while the node serves (Staged, or Failed at stage with the
+reason, never taking a slot), takes one of maxUnavailable slots unless the
+rollout is paused or a node failed in it, cordons, drains (drainTimeout;
+DaemonSet pods stay), repaves to the release with its rollback, soaks
+(Ready, kubelet and containerd without restarts, the DaemonSets' pods
+back, for soak), releases the slot and reports Updated. A failure keeps
+the slot, so the rollout pauses until fleet resume. Each phase is the
+Node's FlexNodeRelease condition, an Event (RolloutStaged, ...), a log
+line and /metrics, and is kept in the state dir (rollout.json) so a
+restarted agent resumes. A node whose AKS Machine is its goal reports
+ManagedElsewhere and never takes a slot.
+
 It serves /healthz and /metrics (Prometheus) on the Unix socket
 /var/lib/aks-flex-node/agent.sock (root only), and on agent.metricsAddress
 when that is set:

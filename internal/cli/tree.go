@@ -25,7 +25,7 @@ func commandGroups() []commandGroup {
 		{cobra.Group{ID: "join", Title: "Join and leave:"},
 			[]func() *cobra.Command{newStartCommand, newPreflightCommand, newResetCommand}},
 		{cobra.Group{ID: "fleet", Title: "Fleet and cluster:"},
-			[]func() *cobra.Command{newClusterCommand, newTokenCommand}},
+			[]func() *cobra.Command{newClusterCommand, newFleetCommand, newTokenCommand}},
 		{cobra.Group{ID: "day2", Title: "Day 2:"},
 			[]func() *cobra.Command{newStatusCommand, newDebugCommand, newNodeCommand, newAgentUpgradeCommand}},
 		{cobra.Group{ID: "provisioning", Title: "Provisioning:"},

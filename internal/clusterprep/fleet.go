@@ -28,7 +28,13 @@ const (
 // Node): read the rollouts and write their status (the elected status
 // writer), and work the slots in aks-flex-node: FlexNodeSlots, Leases in
 // all but their group, because NodeRestriction refuses a node every Lease
-// outside kube-node-lease (see v1alpha1.FlexNodeSlot).
+// outside kube-node-lease (see v1alpha1.FlexNodeSlot). The status
+// writer's election is one more FlexNodeSlot there (status-writer, held
+// in the writer's node name, so the slot policy applies to it as to any
+// slot); it reads the Nodes with NodeReaderRole and records Events on the
+// rollouts in namespace default, which the Node authorizer grants every
+// node already (create and patch of Events), so nothing is added here
+// for them.
 var FleetPermissions = []Permission{
 	{Verb: "get", Group: v1alpha1.Group, Resource: v1alpha1.Resource},
 	{Verb: "list", Group: v1alpha1.Group, Resource: v1alpha1.Resource},

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
 	"github.com/Azure/aks-flex-node/internal/fleet"
@@ -31,9 +33,13 @@ type RolloutStatusWriter struct {
 	// Config is the node's own credential (called at each election term:
 	// the kubelet's client certificate rotates and a repave switches the
 	// machine it is read from).
-	Config  func() (*rest.Config, error)
-	Log     *slog.Logger
-	Metrics *metrics.Registry
+	Config func() (*rest.Config, error)
+	// HTTPClient, when set, carries every request (the fleet simulator
+	// shares one among many candidates); nil: one made from Config's
+	// config at each term.
+	HTTPClient *http.Client
+	Log        *slog.Logger
+	Metrics    *metrics.Registry
 	// LeaseDuration and Election's periods: zero values are the fleet
 	// package's defaults (tests shorten them).
 	LeaseDuration time.Duration
@@ -47,30 +53,35 @@ func WriteRolloutStatus(w *RolloutStatusWriter) Loop {
 
 // Term is one pass: when the cluster has rollouts, campaign, and while
 // elected write their status, until the lock is lost (an error: the
-// next pass campaigns again) or ctx ends. A cluster without the CRD
-// (`cluster prepare --fleet` not applied) or without a rollout costs one
-// read from the watch cache per pass.
+// next pass campaigns again) or ctx ends. A cluster without a rollout
+// costs a list from the watch cache and then one watch, until a rollout
+// is created or the server ends the watch (minutes); one without the CRD
+// (`cluster prepare --fleet` not applied) a list per pass.
 func (w *RolloutStatusWriter) Term(ctx context.Context) error {
 	cfg, err := w.Config()
 	if err != nil {
 		return fmt.Errorf("the node's credential: %w", err)
 	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return err
+	hc := w.HTTPClient
+	if hc == nil {
+		if hc, err = rest.HTTPClientFor(cfg); err != nil {
+			return err
+		}
 	}
 	ro, err := fleet.NewRollouts(cfg, hc)
 	if err != nil {
 		return err
 	}
-	list, err := ro.List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+	list, err := ro.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil // no FlexNodeRollout CRD: nothing to write
 	case err != nil:
 		return fmt.Errorf("list rollouts: %w", err)
 	case len(list.Items) == 0:
-		return nil
+		if created, err := waitForRollout(ctx, ro, list.ResourceVersion); err != nil || !created {
+			return err
+		}
 	}
 	lease := w.LeaseDuration
 	if lease <= 0 {
@@ -92,4 +103,27 @@ func (w *RolloutStatusWriter) Term(ctx context.Context) error {
 		return fmt.Errorf("%s: %w; campaigning again at the next pass", writeRolloutStatusLoop, err)
 	}
 	return err
+}
+
+// idleWatch is how long the server keeps an idle agent's watch for the
+// first rollout open before the next pass lists again.
+const idleWatch = 5 * time.Minute
+
+// waitForRollout watches the rollouts from rv until one is created
+// (true), or the watch ends (false: the next pass lists again).
+func waitForRollout(ctx context.Context, ro *fleet.Rollouts, rv string) (bool, error) {
+	secs := int64(idleWatch / time.Second)
+	ctx, cancel := context.WithTimeout(ctx, idleWatch+30*time.Second) // a stalled connection too
+	defer cancel()
+	w, err := ro.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, TimeoutSeconds: &secs})
+	if err != nil {
+		return false, fmt.Errorf("watch rollouts: %w", err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Added {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -6,8 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -15,39 +16,62 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
-// A cluster without the rollout CRD, or without a rollout, costs a pass
-// one read of the rollouts from the watch cache and no campaign: no
-// request for the lock.
-func TestWriteRolloutStatusIdleWithoutRollouts(t *testing.T) {
-	for _, tc := range []struct{ name, body string }{
-		{"no CRD", ""},
-		{"no rollout", `{"apiVersion":"flexnode.azure.com/v1alpha1","kind":"FlexNodeRolloutList","metadata":{"resourceVersion":"5"},"items":[]}`},
+// A cluster without the rollout CRD costs a pass one list; one without a
+// rollout a list and a watch, and no campaign (no request for the lock)
+// until a rollout is created: then the agent campaigns.
+func TestWriteRolloutStatusCampaignsOnlyForRollouts(t *testing.T) {
+	const emptyList = `{"apiVersion":"flexnode.azure.com/v1alpha1","kind":"FlexNodeRolloutList","metadata":{"resourceVersion":"5"},"items":[]}`
+	const added = `{"type":"ADDED","object":{"apiVersion":"flexnode.azure.com/v1alpha1","kind":"FlexNodeRollout","metadata":{"name":"r","resourceVersion":"6"},"spec":{"nodeSelector":{},"release":{"kubernetesVersion":"v1.35.4"}}}}`
+	for _, tc := range []struct {
+		name, list, watch string
+		requests          []string // the first requests, in order
+		campaigns         bool
+	}{
+		{"no CRD", "", "", []string{"GET flexnoderollouts resourceVersion=0"}, false},
+		{"no rollout, the watch ends", emptyList, "", []string{"GET flexnoderollouts resourceVersion=0", "GET flexnoderollouts resourceVersion=5 watch"}, false},
+		{"a rollout is created", emptyList, added, []string{"GET flexnoderollouts resourceVersion=0", "GET flexnoderollouts resourceVersion=5 watch", "GET flexnodeslots"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
 			var requests []string
-			var lock atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				requests = append(requests, r.Method+" "+r.URL.String())
+				q := r.URL.Query()
+				desc := r.Method + " " + r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 				if strings.Contains(r.URL.Path, "flexnodeslots") {
-					lock.Add(1)
+					desc = r.Method + " flexnodeslots"
+				} else if rv := q.Get("resourceVersion"); rv != "" {
+					desc += " resourceVersion=" + rv
 				}
-				if tc.body == "" || r.URL.Path != "/apis/flexnode.azure.com/v1alpha1/flexnoderollouts" {
-					w.Header().Set("Content-Type", "application/json")
+				if q.Get("watch") == "true" {
+					desc += " watch"
+				}
+				mu.Lock()
+				requests = append(requests, desc)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				switch {
+				case r.URL.Path == "/apis/flexnode.azure.com/v1alpha1/flexnoderollouts" && q.Get("watch") == "true" && tc.list != "":
+					_, _ = w.Write([]byte(tc.watch))
+				case r.URL.Path == "/apis/flexnode.azure.com/v1alpha1/flexnoderollouts" && tc.list != "":
+					_, _ = w.Write([]byte(tc.list))
+				default:
 					w.WriteHeader(404)
 					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
-					return
 				}
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
 			w := &RolloutStatusWriter{NodeName: "n1", Log: slog.New(slog.DiscardHandler),
 				Config: func() (*rest.Config, error) { return &rest.Config{Host: srv.URL}, nil }}
-			if err := w.Term(context.Background()); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := w.Term(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if len(requests) != 1 || !strings.Contains(requests[0], "resourceVersion=0") || lock.Load() != 0 {
-				t.Errorf("requests %v", requests)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(requests) < len(tc.requests) || strings.Join(requests[:len(tc.requests)], "|") != strings.Join(tc.requests, "|") ||
+				!tc.campaigns && len(requests) != len(tc.requests) {
+				t.Errorf("requests %q, want %q first", requests, tc.requests)
 			}
 		})
 	}

@@ -228,6 +228,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.rec = rec
+	// The informers live as long as this Run: a caller that runs the
+	// agent again after an error must not leave them behind.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	a.cache = startAgentCache(ctx, a)
 	if err := a.cache.waitSynced(ctx); err != nil {
 		return err

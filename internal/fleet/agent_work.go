@@ -59,32 +59,29 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 		return a.fail(ctx, wctx, r, sl, stop, StepSoak, "Unhealthy", err)
 	}
 	stop()
-	if err := a.release(ctx, sl); err != nil {
-		return err
+	// Updated is on the Node before the slot is free: the next node's
+	// Updating can never show while this one still does, so a watch on
+	// the Nodes never sees more than maxUnavailable Updating. A release
+	// that fails leaves the slot to expire (it is not renewed).
+	if err := a.report(ctx, PhaseUpdated, "", "", "switched and soaked for "+soak.String()); err != nil {
+		a.log().Warn("rollout: report Updated", "error", err)
 	}
+	err := a.release(ctx, sl)
 	a.slot, a.rec.Slot = nil, ""
-	return a.report(ctx, PhaseUpdated, "", "", "switched and soaked for "+soak.String())
+	a.metricsPhase(a.rec.Rollout, a.rec.Phase)
+	if serr := a.save(); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
 }
 
-// switchTo runs the Host's switch; a resumed switch (the agent stopped
-// mid-switch; the repave's own recovery put the node on one side) first
-// looks whether the node runs the release already.
+// switchTo runs the Host's switch. A resumed switch (the agent stopped
+// mid-switch; the repave's own recovery puts the node on one side), and
+// each try after the node was busy (that recovery, or another command,
+// held the node lock), first looks whether the node runs the release
+// already.
 func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from string, drainTimeout time.Duration) error {
 	rel := r.Spec.Release
-	if from != "" {
-		running, err := a.Host.Running(ctx, rel)
-		if err != nil {
-			return fmt.Errorf("compare the release with what the node runs: %w", err)
-		}
-		if running {
-			a.log().Info("rollout: the interrupted switch had finished; soaking", "rollout", r.Name)
-			a.rec.Applied = a.applied(r)
-			return nil
-		}
-	}
-	if err := a.report(ctx, PhaseUpdating, StepDrain, "", fmt.Sprintf("holds slot %s; cordon and drain (up to %s)", a.rec.Slot, drainTimeout)); err != nil {
-		a.log().Warn("rollout: report the drain", "error", err)
-	}
 	pctx := context.WithValue(ctx, progressKey{}, func(step string) {
 		if step != a.rec.Step {
 			if err := a.report(ctx, PhaseUpdating, step, "", "holds slot "+a.rec.Slot); err != nil {
@@ -92,7 +89,21 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 			}
 		}
 	})
-	for {
+	for look := from != ""; ; look = true {
+		if look {
+			running, err := a.Host.Running(ctx, rel)
+			if err != nil {
+				return fmt.Errorf("compare the release with what the node runs: %w", err)
+			}
+			if running {
+				a.log().Info("rollout: the node runs the release (an interrupted switch had finished); soaking", "rollout", r.Name)
+				a.rec.Applied = a.applied(r)
+				return a.save()
+			}
+		}
+		if err := a.report(ctx, PhaseUpdating, StepDrain, "", fmt.Sprintf("holds slot %s; cordon and drain (up to %s)", a.rec.Slot, drainTimeout)); err != nil {
+			a.log().Warn("rollout: report the drain", "error", err)
+		}
 		err := a.Host.Switch(pctx, rel, drainTimeout)
 		// The node's credential is the serving machine's: after a switch
 		// (or its rollback) the clients are made again.

@@ -198,7 +198,9 @@ func (w *StatusWriter) write(ctx context.Context, r *v1alpha1.FlexNodeRollout, n
 		}
 		next := r.DeepCopy()
 		next.Status = st
-		_, err = w.rollouts.UpdateStatus(ctx, next)
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		_, err = w.rollouts.UpdateStatus(wctx, next)
+		cancel()
 		switch {
 		case err == nil:
 			w.wrote("ok")
@@ -213,13 +215,20 @@ func (w *StatusWriter) write(ctx context.Context, r *v1alpha1.FlexNodeRollout, n
 		if attempt == 2 {
 			return fmt.Errorf("write the status of rollout %s: %w", r.Name, err)
 		}
-		if r, err = w.rollouts.Get(ctx, r.Name); apierrors.IsNotFound(err) {
+		gctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		r, err = w.rollouts.Get(gctx, r.Name)
+		cancel()
+		if apierrors.IsNotFound(err) {
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("read rollout %s again after a conflict: %w", r.Name, err)
 		}
 	}
 }
+
+// writeTimeout bounds one status write or read: a server that does not
+// answer must not hold the rounds up (the next change retries).
+const writeTimeout = 30 * time.Second
 
 func (w *StatusWriter) wrote(result string) {
 	if w.Wrote != nil {
