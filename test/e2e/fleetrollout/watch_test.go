@@ -28,6 +28,10 @@ type nodeWatch struct {
 	peak    int
 	peakAt  time.Time
 	peakSet []string
+	// readyBeats is, per Node, each Ready=True heartbeat the kubelet
+	// posted, in order: the first after a machine stopped is the new
+	// kubelet's.
+	readyBeats map[string][]time.Time
 }
 
 // nodeState is what the watch keeps of one Node.
@@ -48,7 +52,7 @@ type nodeEvent struct {
 
 func watchNodes(t *testing.T, c kubernetes.Interface) *nodeWatch {
 	t.Helper()
-	w := &nodeWatch{stop: make(chan struct{}), state: map[string]nodeState{}}
+	w := &nodeWatch{stop: make(chan struct{}), state: map[string]nodeState{}, readyBeats: map[string][]time.Time{}}
 	f := informers.NewSharedInformerFactory(c, 0)
 	inf := f.Core().V1().Nodes().Informer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -89,9 +93,13 @@ func (w *nodeWatch) observe(o any) {
 		return
 	}
 	s := nodeState{Unschedulable: n.Spec.Unschedulable}
+	var beat time.Time
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			s.Ready = c.Status == corev1.ConditionTrue
+			if s.Ready {
+				beat = c.LastHeartbeatTime.Time
+			}
 		}
 	}
 	if r, ok, err := fleet.ReadNodeRelease(n); ok && err == nil {
@@ -100,6 +108,9 @@ func (w *nodeWatch) observe(o any) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if b := w.readyBeats[n.Name]; !beat.IsZero() && (len(b) == 0 || beat.After(b[len(b)-1])) {
+		w.readyBeats[n.Name] = append(b, beat)
+	}
 	if prev, seen := w.state[n.Name]; seen && prev == s {
 		return // a heartbeat: nothing the test looks at changed
 	}
@@ -192,4 +203,18 @@ func (w *nodeWatch) windows(since time.Time, rollout string, gen int64) map[stri
 		}
 	}
 	return out
+}
+
+// firstReadyAfter is the first Ready=True heartbeat node's kubelet
+// posted at or after t (the API server keeps it to the second, so t is
+// truncated), zero when none was seen.
+func (w *nodeWatch) firstReadyAfter(node string, t time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, b := range w.readyBeats[node] {
+		if !b.Before(t.Truncate(time.Second)) {
+			return b
+		}
+	}
+	return time.Time{}
 }
