@@ -41,6 +41,12 @@ what is wrong and what to do, kubeadm-preflight style. Changes nothing.
   aks-machine         the AKS Machine registered (by start or the agent's
                       retry), the goal the agent follows: its last
                       decision, applied eTag and last error
+  rollout             the rollout that selects the node, from the agent's
+                      record (rollout.json): its phase, step and slot; a
+                      failed node (it keeps its slot), an active machine
+                      that does not run the release it records, two
+                      cluster goals start would refuse, or a record that
+                      cannot be read are warnings
 
 On a host that has not joined only the first check runs. Exit code 0 when no
 check found an error (warnings included), 1 otherwise. "debug bundle" collects

@@ -139,6 +139,12 @@ func runNodeUpgrade(cmd *cobra.Command, f *nodeUpgradeFlags) error {
 	if f.output == "json" {
 		stdout = cmd.ErrOrStderr() // stdout is the record's
 	}
+	// The other side starts from what the node runs by the cluster's goal
+	// (a rollout's worker image, say), not the file's older values; the
+	// flags then change what they name.
+	if c, err = goalConfig(c, l, "node upgrade", stdout); err != nil {
+		return fmt.Errorf("node upgrade: %w; nothing was changed", err)
+	}
 	con := progress.NewConsole("node upgrade", stdout, cmd.ErrOrStderr(), levelOf(c), false)
 	r := lifecycle.NewRepave(lifecycle.RepaveOptions{
 		Options: lifecycle.Options{Layout: l, Config: c, ConfigFile: f.path, ConfigData: data,

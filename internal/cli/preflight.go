@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -28,6 +29,10 @@ cluster lets the kubelet's credential do, and the provisioning payloads the host
 customData, IMDS userData: an Ignition config on a host that does not run
 Ignition, or one that installs the agent under /usr on ACL, is an error). Checks run concurrently; output is in a fixed order.
 
+The config checked is the one start runs: on a node a rollout or its AKS
+Machine moved, the cluster's goal over the config file (see "start --help"),
+each key the goal set named on stderr with its source.
+
 Preflight changes nothing on the host: its only write is a test executable in
 a temp dir it creates next to the agent's bin dir and removes again. It loads
 no kernel module.
@@ -50,6 +55,10 @@ reported as warnings with --ignore-preflight-errors.`,
 			l, err := c.Layout("/", path)
 			if err != nil {
 				return invalid(err)
+			}
+			// What start would run: the cluster's goal over the file.
+			if c, err = goalConfig(c, l, "preflight", cmd.ErrOrStderr()); err != nil {
+				return fmt.Errorf("preflight: %w", err)
 			}
 			env := preflightEnv(c, path, l)
 			if cmd.Flags().Changed("custom-data") {
@@ -110,6 +119,9 @@ func preflightReport(path string) func(context.Context) (any, error) {
 		}
 		l, err := c.Layout("/", path)
 		if err != nil {
+			return nil, err
+		}
+		if c, err = goalConfig(c, l, "preflight", io.Discard); err != nil {
 			return nil, err
 		}
 		return checkHost(ctx, preflightEnv(c, path, l), preflight.Options{}), nil

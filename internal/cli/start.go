@@ -3,12 +3,14 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/drain"
+	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/progress"
@@ -42,6 +44,27 @@ Preflight is start's, judging the new machine's bundle and worker image;
 node-version is then the new kubelet's version skew against the API server.
 Afterwards the config is the truth: the next start changes nothing.
 
+The cluster's goal wins over the config file for the fields it sets. On a
+node a FlexNodeRollout moved (the agent records the release in rollout.json
+in the state dir), start runs the release's components.kubernetes,
+bootstrap.ociImage and bootstrap.offlineArtifacts.source, not the file's
+older values: it converges to the release and never repaves back. On a node
+whose config names an AKS Machine (azure.targetCluster.resourceId), the
+settings the agent applied from the Machine (machine-goal.json in the state
+dir: components.kubernetes, node.labels, node.taints, node.maxPods and the
+kubelet's image GC thresholds) win the same way. The order is config file <
+AKS Machine goal < rollout release; start prints one line per key the
+cluster set, with its source and the file's value, e.g.
+"components.kubernetes 1.35.4 from rollout r1 generation 2 (the config file
+says 1.34.2)", and preflight checks that config. A node managed through ARM
+never takes part in a rollout: when both records apply, start refuses and
+names both files (remove azure.targetCluster.resourceId to keep the
+rollout's release, or rollout.json to follow the Machine). A record that
+cannot be read, or a goal that would make the config invalid (cluster data
+is validated like the file), refuses the start too, naming the file or the
+key and its source, and what to do. Both records are read under the node
+lock, so a release the agent is switching to is seen.
+
 On a terminal, start shows each task as it runs, with its elapsed time and
 what a long wait (the TLS bootstrap, the Node turning Ready) waits for, each
 task's outcome, and a summary line (tasks, how many changed, total time);
@@ -58,6 +81,20 @@ task=<name> status=ok changed=<bool>, and each phase one, phase=<name>):
 ` + lifecycle.DescribeStart() + `
 --ignore-preflight-errors=all does not cover agent-binary: ignoring it only
 moves the failure after the node joined; name it to ignore it anyway.`
+}
+
+// goalConfig is config c (laid out as l) with the cluster's goal over it,
+// the config start runs (lifecycle.LoadGoal), each key the goal set told
+// to w as a "[label] ..." line: preflight checks what start will run.
+func goalConfig(c *config.Config, l layout.Layout, label string, w io.Writer) (*config.Config, error) {
+	g, err := lifecycle.LoadGoal(l, c)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's goal: %w", err)
+	}
+	for _, s := range g.Sources {
+		fmt.Fprintf(w, "[%s] %s\n", label, s)
+	}
+	return g.Config, nil
 }
 
 func newStartCommand() *cobra.Command {

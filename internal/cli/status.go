@@ -28,8 +28,15 @@ config containerd loads, or what the node waits for (in networking.mode
 cluster, the cluster's CNI), and the node's AKS Machine: whether start
 registered it (or the agent, retrying one that failed), and the goal the
 agent follows (its last decision, the applied eTag and version, its last
-error). The layout comes from --config; an absent or unreadable
-config selects the default layout, and says so on stderr.`
+error), and the rollout that selects the node (the agent's record,
+rollout.json): the rollout and its generation, the node's phase, step,
+since when, the reason and the slot it holds, the release a rollout moved
+it to, and each config key the cluster's goal sets over the config file (a
+rollout's release or the AKS Machine's goal, which start runs) with its
+source and the file's value; a record that cannot be read, or two goals
+start would refuse, are shown there with what to do. The layout comes from
+--config; an absent or unreadable config selects the default layout, and
+says so on stderr.`
 
 func newStatusCommand() *cobra.Command {
 	var path, output, root string
@@ -68,6 +75,7 @@ func newStatusCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
+			rollout := readRollout(l)
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					*agentupgrade.Status
@@ -76,7 +84,8 @@ func newStatusCommand() *cobra.Command {
 					Network nodeNetwork            `json:"network"`
 					Machine *machineapi.Record     `json:"aksMachine"`
 					Goal    *machineapi.GoalRecord `json:"aksMachineGoal,omitempty"`
-				}{s, repairs, sides, network, mach, goal})
+					Rollout rolloutStatus          `json:"rollout"`
+				}{s, repairs, sides, network, mach, goal, rollout})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "agent:      %s (version %s)\n", s.AgentBinary, orNone(s.CurrentVersion))
@@ -116,6 +125,7 @@ func newStatusCommand() *cobra.Command {
 			printSides(w, l.Machines(), sides)
 			printNetwork(w, network)
 			printMachine(w, mach, goal)
+			printRollout(w, rollout)
 			return nil
 		},
 	}

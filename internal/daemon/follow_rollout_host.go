@@ -19,6 +19,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
+	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/machine"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
@@ -42,24 +43,43 @@ type rolloutHost struct {
 	baseline *soakBaseline // what the soak compares with; nil until known
 }
 
-// goal is the config the node moves to for rel: the config file, the
-// release a rollout moved the node to before (the Record's Applied: a
-// release that sets one field keeps what an earlier one set), then rel.
-func (h *rolloutHost) goal(rel v1alpha1.Release) *config.Config {
-	c := h.current()
-	next, _ := (&fleet.AppliedRelease{Release: rel}).Overlay(c)
-	return next
+// goal is the config the node moves to for rel: the config file with
+// the cluster's goal the node runs by (lifecycle.LoadGoal: the release a
+// rollout moved it to before, so a release that sets one field keeps
+// what an earlier one set), then rel. Cluster data is input to validate
+// (DESIGN decision 10): a release that makes the config invalid is
+// refused (InvalidRelease), naming what it broke.
+func (h *rolloutHost) goal(rel v1alpha1.Release) (*config.Config, error) {
+	base, err := h.current()
+	if err != nil {
+		return nil, err
+	}
+	next, _ := (&fleet.AppliedRelease{Release: rel}).Overlay(base)
+	had := map[string]bool{}
+	for _, e := range config.Validate(base) {
+		had[e.Error()] = true
+	}
+	var bad []string
+	for _, e := range config.Validate(next) {
+		if !had[e.Error()] {
+			bad = append(bad, e.Error())
+		}
+	}
+	if len(bad) > 0 {
+		return nil, &fleet.StepError{Step: fleet.StepStage, Reason: "InvalidRelease",
+			Err: fmt.Errorf("the release makes the config invalid: %s; fix the rollout's spec.release", strings.Join(bad, "; "))}
+	}
+	return next, nil
 }
 
-// current is the config the node runs by: the file under the Record's
-// Applied release.
-func (h *rolloutHost) current() *config.Config {
-	rec, err := fleet.LoadRecord(h.layout.OnRoot(h.layout.RolloutRecord()))
+// current is the config the node runs by: the file under the cluster's
+// goal.
+func (h *rolloutHost) current() (*config.Config, error) {
+	g, err := lifecycle.LoadGoal(h.layout, h.config)
 	if err != nil {
-		return h.config
+		return nil, err
 	}
-	c, _ := rec.Applied.Overlay(h.config)
-	return c
+	return g.Config, nil
 }
 
 // Running says whether the active side runs every field rel sets: its
@@ -78,13 +98,23 @@ func (h *rolloutHost) Running(_ context.Context, rel v1alpha1.Release) (bool, er
 		return false, nil
 	}
 	if ref := rel.WorkerImage; ref != "" {
+		// The side records the reference it was provisioned from and the
+		// manifest its rootfs came from: for an index, the platform's
+		// manifest, not the digest the reference pins. Either matching
+		// is the same bytes (the reference is pinned by digest).
 		_, digest, _ := strings.Cut(ref, "@")
-		if digest != side.ImageDigest {
+		if ref != side.Image && digest != side.ImageDigest {
 			return false, nil
 		}
 	}
-	if src := rel.Artifacts; src != "" && src != h.current().Bootstrap.OfflineArtifacts.Source {
-		return false, nil
+	if src := rel.Artifacts; src != "" {
+		c, err := h.current()
+		if err != nil {
+			return false, err
+		}
+		if src != c.Bootstrap.OfflineArtifacts.Source {
+			return false, nil
+		}
 	}
 	if a := rel.Agent; a != nil {
 		sum, err := fileSHA256(h.layout.OnRoot(h.layout.AgentBinary()))
@@ -117,7 +147,11 @@ func (h *rolloutHost) Stage(ctx context.Context, rel v1alpha1.Release) error {
 				Err: errors.New("spec.release.agent: this agent does not install an agent binary from a rollout yet; upgrade the agent on its own (aks-flex-node agent upgrade) or drop the field")}
 		}
 	}
-	r, pf, err := newRepave(h.layout, h.log, h.goal(rel), repaveSettings{Loop: followRolloutLoop})
+	c, err := h.goal(rel)
+	if err != nil {
+		return err
+	}
+	r, pf, err := newRepave(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop})
 	if err != nil {
 		return err
 	}
@@ -140,8 +174,12 @@ func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTim
 	h.mu.Lock()
 	h.baseline = nil
 	h.mu.Unlock()
+	c, err := h.goal(rel)
+	if err != nil {
+		return err
+	}
 	obs := &phaseObserver{ctx: ctx}
-	r, pf, err := newRepave(h.layout, h.log, h.goal(rel), repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout,
+	r, pf, err := newRepave(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout,
 		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
 	if err != nil {
 		return err

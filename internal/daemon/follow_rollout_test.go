@@ -104,7 +104,7 @@ func rolloutTestHost(t *testing.T) *rolloutHost {
 	}
 	sides := state.Sides{Active: "kube2", Machines: map[string]state.Side{
 		"kube1": {KubernetesVersion: "1.35.3", ImageDigest: "sha256:00"},
-		"kube2": {KubernetesVersion: "1.35.4", ImageDigest: "sha256:" + strings.Repeat("a", 64)},
+		"kube2": {KubernetesVersion: "1.35.4", Image: "r/idx@sha256:" + strings.Repeat("e", 64), ImageDigest: "sha256:" + strings.Repeat("a", 64)},
 	}}
 	if err := state.Open(l).SaveSides(sides); err != nil {
 		t.Fatal(err)
@@ -126,6 +126,7 @@ func TestRolloutHostRunning(t *testing.T) {
 		{v1alpha1.Release{KubernetesVersion: "v1.35.3"}, false}, // the inactive side's
 		{v1alpha1.Release{WorkerImage: "r/w:1@" + digest}, true},
 		{v1alpha1.Release{WorkerImage: "r/w:1@sha256:" + strings.Repeat("b", 64)}, false},
+		{v1alpha1.Release{WorkerImage: "r/idx@sha256:" + strings.Repeat("e", 64)}, true}, // an index: the side names the reference
 		{v1alpha1.Release{KubernetesVersion: "v1.35.4", Artifacts: "oci://r/b:1"}, true},
 		{v1alpha1.Release{Artifacts: "oci://r/b:2"}, false},
 	} {
@@ -152,12 +153,25 @@ func TestRolloutHostGoal(t *testing.T) {
 	if err := fleet.SaveRecord(h.layout.OnRoot(h.layout.RolloutRecord()), rec); err != nil {
 		t.Fatal(err)
 	}
-	g := h.goal(v1alpha1.Release{WorkerImage: "r/w@sha256:" + strings.Repeat("c", 64)})
+	g, err := h.goal(v1alpha1.Release{WorkerImage: "r/w@sha256:" + strings.Repeat("c", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g.Components.Kubernetes != "1.35.4" || !strings.HasSuffix(g.Bootstrap.OCIImage, strings.Repeat("c", 64)) || g.Bootstrap.OfflineArtifacts.Source != "oci://r/b:1" {
 		t.Errorf("goal %+v %+v", g.Components, g.Bootstrap)
 	}
 	if h.config.Components.Kubernetes != "1.35.3" || h.config.Bootstrap.OCIImage != "" {
 		t.Error("the loaded config was changed")
+	}
+	// Cluster data is validated: a release the CRD would refuse, written
+	// around it, is refused here too, naming the key.
+	_, err = h.goal(v1alpha1.Release{KubernetesVersion: "v1.35.4;reboot"})
+	var se *fleet.StepError
+	if !errors.As(err, &se) || se.Reason != "InvalidRelease" || !strings.Contains(err.Error(), "components.kubernetes") {
+		t.Errorf("an invalid release: %v", err)
+	}
+	if err := h.Stage(t.Context(), v1alpha1.Release{KubernetesVersion: "v1.35.4;reboot"}); !errors.As(err, &se) || se.Reason != "InvalidRelease" {
+		t.Errorf("staging an invalid release: %v", err)
 	}
 }
 

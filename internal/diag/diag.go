@@ -41,13 +41,14 @@ const (
 	NameDiskPressure     = "disk-pressure"
 	NameAgent            = "agent"
 	NameAKSMachine       = "aks-machine"
+	NameRollout          = "rollout"
 	defaultProbeTimeout  = 5 * time.Second
 	defaultOverallBudget = 20 * time.Second
 )
 
 // Names are the checks of a joined node, in report order.
 var Names = []string{NameJoined, NameAPIServer, NameClientCert, NameClockSkew, NameMachine, NameContainerd, NameKubelet,
-	NameNodeConditions, NameCNI, NameDiskPressure, NameAgent, NameAKSMachine}
+	NameNodeConditions, NameCNI, NameDiskPressure, NameAgent, NameAKSMachine, NameRollout}
 
 // Env is what the checks look at. The zero values of the optional fields
 // are the running host's.
@@ -156,7 +157,7 @@ func Checks(e *Env) []preflight.Check {
 	return []preflight.Check{
 		checkJoined(e), checkAPIServer(e), checkClientCert(e), checkClockSkew(e), checkMachine(e),
 		checkContainerd(e), checkKubelet(e), checkNodeConditions(e), checkCNI(e), checkDiskPressure(e), checkAgent(e),
-		checkAKSMachine(e),
+		checkAKSMachine(e), checkRollout(e),
 	}
 }
 

@@ -56,7 +56,7 @@ func TestHealthyNode(t *testing.T) {
 		"[OK cni]: /etc/cni/net.d/99-aks-flex-node.conflist (network aks-flex-node: bridge,portmap), pod CIDR 10.244.0.0/24 via cni0",
 		"[OK agent]: aks-flex-node-agent.service active (running)",
 		"[OK aks-machine]: no AKS Machine (azure.targetCluster.resourceId is not set)",
-		"[debug] 12 ok, 0 warnings, 0 errors in ",
+		"[debug] 13 ok, 0 warnings, 0 errors in ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)

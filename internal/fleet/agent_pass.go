@@ -100,7 +100,7 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 		}
 		return true, 0, a.update(ctx, r, sl, n, a.rec.Step)
 	case actRetry:
-		if held, err := a.stillFailed(ctx); err != nil || held {
+		if held, err := a.stillFailed(ctx, n); err != nil || held {
 			if held {
 				a.log().Info("rollout: resumed, but this node's failed slot is not cleared yet", "slot", a.rec.Slot)
 			}
@@ -134,6 +134,12 @@ func alsoSelected(r *v1alpha1.FlexNodeRollout, others []string) string {
 // when it does not: Updated, Staged, or Failed at stage (no slot taken).
 func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others []string) (bool, time.Duration, error) {
 	rel := r.Spec.Release
+	// Cluster data is input to validate (DESIGN decision 10): the API
+	// server's schema is not the only gate a rollout passes.
+	if errs := v1alpha1.Validate(r); len(errs) > 0 {
+		a.rec.ResumedAt = resumedAt(r)
+		return false, 0, a.report(ctx, PhaseFailed, StepStage, "InvalidRelease", errs.ToAggregate().Error())
+	}
 	running, err := a.Host.Running(ctx, rel)
 	if err != nil {
 		return false, 0, fmt.Errorf("compare the release with what the node runs: %w", err)
@@ -210,8 +216,8 @@ func (a *Agent) slotsFor(r *v1alpha1.FlexNodeRollout, n *corev1.Node) *Slots {
 // stillFailed says whether the slot the Record names is still this
 // node's (a resume clears it before it sets resumed-at, so this is a
 // resume that has not finished).
-func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
-	if a.rec.Slot == "" || a.slots == nil {
+func (a *Agent) stillFailed(ctx context.Context, n *corev1.Node) (bool, error) {
+	if a.rec.Slot == "" {
 		return false, nil
 	}
 	list, err := a.conn().Slots.List(ctx)
@@ -223,7 +229,7 @@ func (a *Agent) stillFailed(ctx context.Context) (bool, error) {
 			continue
 		}
 		h, _ := ParseHolder(holderOf(&l))
-		return h.Node == a.slots.Holder.Node && h.UID == a.slots.Holder.UID, nil
+		return h.Node == n.Name && h.UID == n.UID, nil
 	}
 	return false, nil
 }

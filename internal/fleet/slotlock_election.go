@@ -80,10 +80,16 @@ func (e *Election) Run(ctx context.Context) error {
 	defer e.Leading(false)
 	lctx, cancel := context.WithCancel(ctx)
 	led := make(chan error, 1)
-	go func() { led <- e.Lead(lctx) }()
+	go func() {
+		led <- e.Lead(lctx)
+		cancel() // Lead ending early ends the term too
+	}()
 	err := e.renew(lctx)
 	cancel()
-	if lerr := <-led; err == nil && lerr != nil && ctx.Err() == nil {
+	if lerr := <-led; err == nil && ctx.Err() == nil {
+		if lerr == nil {
+			lerr = errors.New("it stopped on its own")
+		}
 		err = fmt.Errorf("status writer: %w", lerr)
 	}
 	// Step down in the open: the next candidate takes over at its next

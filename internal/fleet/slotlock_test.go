@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,5 +182,30 @@ func TestElectionOneLeaderAndTakeover(t *testing.T) {
 	}
 	if maxLeading.Load() != 1 {
 		t.Errorf("%d leaders at once", maxLeading.Load())
+	}
+}
+
+// TestElectionLeadFailing: a leader whose work fails steps down: Run
+// returns the failure and the lock is released for the next candidate.
+func TestElectionLeadFailing(t *testing.T) {
+	f, cfg := newFakeAPI(t)
+	l, err := NewSlotLock(cfg, nil, v1alpha1.Namespace, StatusWriterSlot, WriterIdentity("a"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leading []bool
+	e := &Election{Lock: l, RenewPeriod: 50 * time.Millisecond, CandidatePeriod: 50 * time.Millisecond,
+		Lead:    func(context.Context) error { return errors.New("the Nodes were not listed") },
+		Leading: func(b bool) { leading = append(leading, b) }}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.Run(ctx); err == nil || !strings.Contains(err.Error(), "the Nodes were not listed") {
+		t.Fatalf("Run: %v", err)
+	}
+	if s := f.slots[StatusWriterSlot]; s.Spec.HolderIdentity != nil {
+		t.Errorf("the lock is still held by %s", *s.Spec.HolderIdentity)
+	}
+	if len(leading) != 2 || !leading[0] || leading[1] {
+		t.Errorf("leading %v, want [true false]", leading)
 	}
 }

@@ -107,7 +107,7 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 		Handler: nodeHandler(st),
 	})
 	rollouts, rctl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: plainList{w.rollouts.ListWatch()}, ObjectType: &v1alpha1.FlexNodeRollout{},
+		ListerWatcher: w.rolloutsListWatch(), ObjectType: &v1alpha1.FlexNodeRollout{},
 		// Any change, our own status writes included: a round with
 		// nothing to write sends no request.
 		Handler: cache.ResourceEventHandlerFuncs{

@@ -86,6 +86,21 @@ func (c *coreClient) nodesListWatch() cache.ListerWatcher {
 	}}
 }
 
+// rolloutsListWatch is Rollouts.ListWatch with each request bounded as
+// the Nodes' are.
+func (w *StatusWriter) rolloutsListWatch() cache.ListerWatcher {
+	return plainList{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			ctx, cancel := context.WithTimeout(ctx, listTimeout)
+			defer cancel()
+			return w.rollouts.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return boundedWatch(ctx, opts, func(ctx context.Context) (watch.Interface, error) { return w.rollouts.Watch(ctx, opts) })
+		},
+	}}
+}
+
 // createEvent creates ev in its namespace.
 func (c *coreClient) createEvent(ctx context.Context, ev *corev1.Event) error {
 	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()

@@ -102,6 +102,9 @@ type Start struct {
 	events *events.Recorder
 	// label prefixes the progress lines: the command's name.
 	label string
+	// goal is the cluster's goal start adopted over the config file
+	// (adoptGoal), under the node lock.
+	goal Goal
 }
 
 // NewStart prepares a start with o. o.Config must be set.
@@ -193,7 +196,10 @@ func (s *Start) Phases(cgroupMode string) []task.Phase {
 // of tasks. Preflight runs under the lock too, so what it saw is what the
 // tasks find. On a joined node whose config names another Kubernetes
 // version or worker image than the active machine runs, the phases are a
-// repave's (repaveDue), as node upgrade runs them.
+// repave's (repaveDue), as node upgrade runs them. The config compared
+// and run is the file's with the cluster's goal over it (adoptGoal), read
+// under the lock, so a release the agent switched the node to is never
+// repaved back to the file's older values.
 func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error) {
 	start := s.opts.Now()
 	if s.opts.Observer != nil {
@@ -204,6 +210,9 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 		return false, err
 	}
 	defer lock.Release()
+	if err := s.adoptGoal(&pf); err != nil {
+		return false, err
+	}
 	if r, why := s.repaveDue(ctx); r != nil {
 		return s.runRepave(ctx, r, why, pf, start)
 	}

@@ -30,6 +30,16 @@ var (
 	// key=value lines and command-line flags: token, secret, password,
 	// client-key-data, privateKey, credential, apiKey. Objects and lists
 	// are not values here; their members are matched on their own.
+	// Credentials in URLs: the password of a userinfo, and the
+	// signature or token query parameters of signed URLs (a storage SAS's
+	// sig, S3's and GCS's signatures): a release's bundle or agent URL
+	// in rollout.json may carry one. Scheme, host and path stay.
+	urlPassword = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'<>]+:)[^@/\s"'<>]+@`)
+	})
+	urlSignature = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)([?&](?:sig|signature|x-amz-signature|x-amz-security-token|x-amz-credential|x-goog-signature|x-goog-credential|access_token|token)=)[^&\s"'<>#]+`)
+	})
 	secretKey = sync.OnceValue(func() *regexp.Regexp {
 		return regexp.MustCompile(`(?i)((?:^|[\s{,"'-])[\w.-]*(?:token|secret|passw(?:or)?d|key-data|keydata|private_?key|credential|api_?key)[\w.-]*["']?\s*[:=]\s*)("[^"\n]*"|'[^'\n]*'|[^\s,{}\[\]"']+)`)
 	})
@@ -71,6 +81,8 @@ func (r *redactor) redact(data []byte) []byte {
 	data = r.replace(jwt(), data, func([][]byte) []byte { return []byte(Redacted) })
 	data = r.replace(bearer(), data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), Redacted...) })
 	data = r.replace(bootstrapToken(), data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), "."+Redacted...) })
+	data = r.replace(urlPassword(), data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), Redacted+"@"...) })
+	data = r.replace(urlSignature(), data, func(m [][]byte) []byte { return append(append([]byte{}, m[1]...), Redacted...) })
 	data = r.replace(secretKey(), data, func(m [][]byte) []byte {
 		v := m[2]
 		if bytes.Equal(bytes.Trim(v, `"'`), []byte(Redacted)) || len(bytes.Trim(v, `"'`)) == 0 {

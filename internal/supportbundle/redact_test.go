@@ -19,6 +19,9 @@ func TestRedact(t *testing.T) {
 		{`{"token": ""}`, `{"token": ""}`},
 		{"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----", "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----"},
 		{"node node-1 Ready in machine kube1, image sha256:abc", "node node-1 Ready in machine kube1, image sha256:abc"},
+		{`"url":"https://blob.test/c/aks-flex-node?sv=2024-05-04&sig=AbC%2Bd3f&se=x"`, `"url":"https://blob.test/c/aks-flex-node?sv=2024-05-04&sig=REDACTED&se=x"`},
+		{`"artifacts":"https://user:pa55word@bundles.test/b.tar"`, `"artifacts":"https://user:REDACTED@bundles.test/b.tar"`},
+		{"oci://registry.test:5000/bundle:v1 and registry.test/worker@sha256:ab12", "oci://registry.test:5000/bundle:v1 and registry.test/worker@sha256:ab12"},
 	} {
 		if got := string(newRedactor(nil).redact([]byte(tc.in))); got != tc.want {
 			t.Errorf("redact(%q)\n got %q\nwant %q", tc.in, got, tc.want)

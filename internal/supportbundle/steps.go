@@ -136,7 +136,9 @@ func (c *collector) hostFiles(context.Context) error {
 }
 
 // stateFiles: the applied state, the install tracker, the upgrade
-// records, the metrics store, the machines' image records and the staged
+// records, the metrics store, the AKS Machine and rollout records
+// (rollout.json: the release a rollout moved the node to, read by
+// debug's rollout check), the machines' image records and the staged
 // bundles' manifests. Not the staged bundles themselves.
 func (c *collector) stateFiles(context.Context) error {
 	l := c.o.Layout

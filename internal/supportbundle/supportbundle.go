@@ -9,8 +9,10 @@
 //
 // Every member passes through one redactor before it is written: private
 // keys, bootstrap token secrets, bearer tokens and JWTs, the values of
-// keys that name secrets (token, secret, password, client-key-data, ...)
-// and the literal secrets of the host's config. The host's config itself
+// keys that name secrets (token, secret, password, client-key-data, ...),
+// credentials in URLs (a userinfo password, a signed URL's signature:
+// a rollout release's URLs in rollout.json may carry one) and the literal
+// secrets of the host's config. The host's config itself
 // is redacted by JSON path first: the value at every key internal/config
 // marks secret (config.SecretPaths) is replaced, whatever it looks like
 // (a base64 kubeconfig hides its token and key from every pattern), and

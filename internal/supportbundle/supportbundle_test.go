@@ -23,15 +23,17 @@ import (
 // Secrets planted where a joined host keeps them, and where they leak
 // into logs; none may be in the bundle.
 var planted = map[string]string{
-	"bootstrap token secret":  "0123456789abcdef",
-	"client secret":           "Pl4nted~Client.Secret_value-42",
-	"kubeconfig key data":     "UExBTlRFRC1LVUJFQ09ORklHLUtFWS1EQVRB",
-	"kubeconfig token":        "planted-kubeconfig-bearer-token-123",
-	"private key in a log":    "MIIplantedKEYmaterialInALogLine",
-	"JWT in a journal":        "eyJzdWIiOiJwbGFudGVkIn0",
-	"password in a CNI file":  "cni-planted-password",
-	"kubelet's private key":   "MIIplantedKubeletPKIkey",
-	"token flag in a journal": "q7x9ab.0123456789abcdef",
+	"bootstrap token secret":        "0123456789abcdef",
+	"client secret":                 "Pl4nted~Client.Secret_value-42",
+	"kubeconfig key data":           "UExBTlRFRC1LVUJFQ09ORklHLUtFWS1EQVRB",
+	"kubeconfig token":              "planted-kubeconfig-bearer-token-123",
+	"private key in a log":          "MIIplantedKEYmaterialInALogLine",
+	"JWT in a journal":              "eyJzdWIiOiJwbGFudGVkIn0",
+	"password in a CNI file":        "cni-planted-password",
+	"kubelet's private key":         "MIIplantedKubeletPKIkey",
+	"token flag in a journal":       "q7x9ab.0123456789abcdef",
+	"SAS signature in rollout.json": "plantedSASsig0123456789",
+	"URL password in rollout.json":  "plantedURLpassw0rd",
 }
 
 func write(t *testing.T, path, data string) {
@@ -58,6 +60,8 @@ func joinedHost(t *testing.T) layout.Layout {
 		t.Fatal(err)
 	}
 	write(t, on(l.StateDir()+"/upgrade-result"), "result=upgraded\n")
+	write(t, on(l.RolloutRecord()), `{"rollout":"r1","generation":2,"phase":"Updated","applied":{"rollout":"r1","generation":2,"release":{"kubernetesVersion":"v1.35.4",`+
+		`"artifacts":"https://edge:plantedURLpassw0rd@bundles.test/k8s.tar","agent":{"url":"https://blob.test/aks-flex-node?sv=2024&sig=plantedSASsig0123456789","sha256":"ab"}}}}`)
 	write(t, on(l.BundlesDir()+"/k8s-1.35.4/manifest.json"), `{"schemaVersion":1}`)
 	write(t, on(l.BundlesDir()+"/k8s-1.35.4/blobs/kubelet"), "a large binary the bundle must not carry")
 	write(t, on(l.Units().Agent), "[Service]\nExecStart=/opt/aks-flex-node/lib/current agent\n")
@@ -159,6 +163,12 @@ func TestBundleOfAJoinedHostHoldsNoSecret(t *testing.T) {
 		if strings.Contains(name, "pki") || strings.Contains(name, "blobs") {
 			t.Errorf("the bundle carries %s", name)
 		}
+	}
+	// The rollout record is there for the rollout check's reader; its
+	// release URLs keep their host and path.
+	if r := got["state/rollout.json"]; !strings.Contains(r, `"kubernetesVersion":"v1.35.4"`) || !strings.Contains(r, "https://blob.test/aks-flex-node?sv=2024&sig=REDACTED") ||
+		!strings.Contains(r, "https://edge:REDACTED@bundles.test/k8s.tar") {
+		t.Errorf("state/rollout.json:\n%s", r)
 	}
 	// What stays readable: the token's ID, the certificate data, the keys.
 	if kc := got["machines/kube1/etc/kubernetes/kubelet.conf"]; !strings.Contains(kc, "client-certificate-data: Q0VSVA==") || !strings.Contains(kc, "client-key-data: REDACTED") {

@@ -5,7 +5,10 @@
 // uncordoned, kube1 still serves), then `start` with the config's
 // components.kubernetes changed repaves onto kube2 (pods evicted, the
 // Node's name and UID unchanged, kube1 stopped), `node upgrade` with
-// another worker image back onto kube1, and a repave to a bundle whose
+// another worker image back onto kube1, then `start` with the agent's
+// rollout record naming that image (the file still names the first one)
+// converges without repaving back, saying where each value came from,
+// and a repave to a bundle whose
 // kubelet exits at start rolls back: the old side Ready and uncordoned,
 // the reason in `status`.
 //
@@ -136,6 +139,7 @@ func TestRepave(t *testing.T) {
 	w.relaxBudget(t)
 	t.Run("start-repaves-kube1-to-kube2", func(t *testing.T) { e.startRepave(t, w) })
 	t.Run("kube2-to-kube1", func(t *testing.T) { e.upgrade(t, w, "kube2", "kube1", worker2Ref) })
+	t.Run("start-keeps-the-rollouts-release", e.startKeepsTheRolloutsRelease)
 	t.Run("rollback", e.rollback)
 	// The matrix runs 33 repaves: without pods to evict each is shorter,
 	// and what it checks is which machine runs, not the pods.

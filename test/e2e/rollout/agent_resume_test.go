@@ -3,10 +3,12 @@ package rollout
 import (
 	"context"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/Azure/aks-flex-node/internal/fleet"
+	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
 // TestRestartedAgentResumesItsSoak: an agent stopped while its node
@@ -84,5 +86,53 @@ func TestManagedElsewhereNeverTakesASlot(t *testing.T) {
 	}
 	if r := pw.phase["managed-arm"]; r.Reason != "AKSMachine" {
 		t.Errorf("managed-arm: %s", r)
+	}
+}
+
+// countingHost counts the switches it was asked for.
+type countingHost struct {
+	stubHost
+	switches atomic.Int32
+}
+
+func (h *countingHost) Switch(ctx context.Context, rel v1alpha1.Release, d time.Duration) error {
+	h.switches.Add(1)
+	return h.stubHost.Switch(ctx, rel, d)
+}
+
+// TestRestartedAgentRedoesAnInterruptedSwitch: an agent stopped in the
+// middle of a switch (the host's repave cut short) comes back at the
+// switch step: it re-adopts its slot, looks at what the node runs, and
+// switches again since the node does not run the release yet.
+func TestRestartedAgentRedoesAnInterruptedSwitch(t *testing.T) {
+	requireE2E(t)
+	const rollout = "reswitch"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	labelledNode(t, rollout, "reswitch-a")
+	pw := watchRollout(t, ctx, rollout)
+	createRollout(t, rollout, 1, "1s")
+	record := filepath.Join(t.TempDir(), "rollout.json")
+	h := &countingHost{stubHost: stubHost{switchFor: 2 * time.Second}}
+	stop := launchAgent(t, ctx, &fleet.Agent{NodeName: "reswitch-a", Host: h, RecordPath: record, BootID: "boot-1"})
+	pw.waitFor(t, 30*time.Second, "switching", func(m map[string]fleet.NodeRelease) bool {
+		return m["reswitch-a"].Phase == fleet.PhaseUpdating && m["reswitch-a"].Step == fleet.StepSwitch
+	})
+	stop()
+	if rec, err := fleet.LoadRecord(record); err != nil || rec.Phase != fleet.PhaseUpdating || rec.Step != fleet.StepSwitch || rec.Slot == "" {
+		t.Fatalf("the record of an agent stopped mid-switch: %+v %v", rec, err)
+	}
+	launchAgent(t, ctx, &fleet.Agent{NodeName: "reswitch-a", Host: h, RecordPath: record, BootID: "boot-1"})
+	pw.waitFor(t, 30*time.Second, "Updated", allIn([]string{"reswitch-a"}, fleet.PhaseUpdated))
+	if n := h.switches.Load(); n != 2 {
+		t.Errorf("%d switches; want the interrupted one and one more", n)
+	}
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if pw.peakSlots > 1 {
+		t.Errorf("%d slots held at once by one node", pw.peakSlots)
+	}
+	if h := heldBy(t, rollout); len(h) != 0 {
+		t.Errorf("slots still held: %v", h)
 	}
 }
