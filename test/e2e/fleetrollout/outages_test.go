@@ -133,14 +133,14 @@ func (e *env) powerCut(t *testing.T) {
 	must(t, cut.h.PowerOn(e.ctx))
 	on = true
 	e.waitComplete(t, "to-d", 15*time.Minute)
-	e.checkOnRelease(t, "to-d", "d", "kube1")
+	e.checkOnRelease(t, "to-d", "d", "kube2")
 }
 
 // writerKilled: the elected status writer's agent is killed (SIGKILL,
-// then kept stopped) while it holds no slot; another agent takes the
-// status-writer slot within its lease and one candidate period; the
-// killed agent is started again.
-func (e *env) writerKilled(t *testing.T, rollout string) {
+// then kept stopped) while it holds no slot; another agent (not gone's,
+// a deleted node's) takes the status-writer slot within its lease and a
+// margin; the killed agent is started again.
+func (e *env) writerKilled(t *testing.T, rollout, gone string) {
 	var w *host
 	e.waitFor(t, "the status writer holds no rollout slot", 5*time.Minute, func(ctx context.Context) error {
 		wn, err := e.writer(ctx)
@@ -163,18 +163,21 @@ func (e *env) writerKilled(t *testing.T, rollout string) {
 	})
 	killedAt := time.Now()
 	m := w.h
-	if _, stderr, err := m.Shell(e.ctx, "systemctl kill -s KILL aks-flex-node-agent; systemctl stop aks-flex-node-agent"); err != nil {
+	if _, stderr, err := m.Shell(e.ctx, "systemctl kill -s KILL aks-flex-node-agent; systemctl stop aks-flex-node-agent"); err != nil && w.name != gone {
 		t.Fatalf("%s: kill the agent: %v\n%s", w.name, err, stderr)
 	}
 	t.Logf("killed the status writer, the agent of %s", w.name)
 	e.waitFor(t, "another status writer", fleet.DefaultLeaseDuration+2*time.Minute, func(ctx context.Context) error {
 		wn, err := e.writer(ctx)
-		if err == nil && wn == w.name {
-			err = fmt.Errorf("still %s", wn)
+		if err == nil && (wn == w.name || wn == gone) {
+			err = fmt.Errorf("held by %s", wn)
 		}
 		return err
 	})
 	t.Logf("BENCH rollout-e2e status-writer-takeover=%v", time.Since(killedAt).Round(time.Millisecond))
+	if w.name == gone {
+		return // the deleted node's agent resets its host: nothing to start again
+	}
 	if _, stderr, err := m.Shell(e.ctx, "systemctl start aks-flex-node-agent"); err != nil {
 		t.Fatalf("%s: start the agent: %v\n%s", w.name, err, stderr)
 	}
@@ -210,11 +213,13 @@ func (e *env) statusWriterSlot(ctx context.Context) (*v1alpha1.FlexNodeSlot, err
 	return nil, fmt.Errorf("no %s slot in %s", fleet.StatusWriterSlot, v1alpha1.Namespace)
 }
 
-// nodeDeleted: a rollout to B again; the first node to hold a slot has
-// its Node deleted: the slot is free at once (its holder's Node is gone)
-// and another node takes it well before the lease would expire. Last:
-// the deleted node is not brought back.
-func (e *env) nodeDeleted(t *testing.T) {
+// nodeDeletedThenWriterKilled: a rollout to B again (to-e). The first
+// node to hold a slot has its Node deleted: the slot is free at once (its
+// holder's Node is gone) and another node takes it well before the lease
+// would expire. Then, while the rollout goes on, the status writer is
+// killed (writerKilled); the rollout completes on B for the nodes left,
+// and the status the new writer wrote is true.
+func (e *env) nodeDeletedThenWriterKilled(t *testing.T) {
 	e.deleteRollout(t, "to-d")
 	e.apply(t, rollout("to-e", e.rel.release("b"), 1, soak))
 	var first string
@@ -230,6 +235,7 @@ func (e *env) nodeDeleted(t *testing.T) {
 	})
 	deletedAt := time.Now()
 	must(t, e.cp.Client.CoreV1().Nodes().Delete(e.ctx, first, metav1.DeleteOptions{}))
+	t.Logf("deleted Node %s, holding a slot of to-e", first)
 	e.waitFor(t, "another node holds the slot of the deleted "+first, slotTTL-slotTTL/3, func(ctx context.Context) error {
 		h, err := e.holders(ctx, "to-e")
 		if err != nil {
@@ -241,4 +247,17 @@ func (e *env) nodeDeleted(t *testing.T) {
 		return nil
 	})
 	t.Logf("BENCH rollout-e2e deleted-node-slot-taken-over=%v", time.Since(deletedAt).Round(time.Millisecond))
+	e.writerKilled(t, "to-e", first)
+	e.waitComplete(t, "to-e", 15*time.Minute)
+	ro := e.get(t, "to-e")
+	// The deleted Node is gone for good (its agent resets the host), or
+	// back under a new UID if its kubelet registered it again.
+	if s := ro.Status; s.Selected < int32(len(e.hosts)-1) || s.Updated != s.Selected || s.Failed != 0 || s.ObservedGeneration != ro.Generation {
+		t.Errorf("rollout status after Complete, %s deleted: %+v (generation %d)", first, s, ro.Generation)
+	}
+	for _, m := range e.hosts {
+		if m.name != first {
+			e.checkHostOn(t, m, "b", "kube1")
+		}
+	}
 }

@@ -74,9 +74,8 @@ func TestFleetRollout(t *testing.T) {
 		{"maxUnavailable-1-to-B", e.happyPath},
 		{"one-host-fails-C-pauses-then-resume", e.failOnOneHost},
 		{"one-host-cannot-stage-D", e.stageFailsOnOneHost},
-		{"status-writer-killed", func(t *testing.T) { e.writerKilled(t, "to-d") }},
 		{"power-cut-while-holding-a-slot", e.powerCut},
-		{"node-deleted-while-holding-a-slot", e.nodeDeleted},
+		{"node-deleted-then-status-writer-killed", e.nodeDeletedThenWriterKilled},
 	} {
 		// Each scenario starts from where the one before left the fleet.
 		if !t.Run(sc.name, sc.run) {
