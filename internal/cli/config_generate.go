@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/identity"
+	"github.com/Azure/aks-flex-node/internal/machineapi"
 )
 
 // generateOptions are config generate's flags.
@@ -22,17 +24,27 @@ type generateOptions struct {
 	secretFile, certificate, authorityHost string
 	cloud, nodeName, hostPrefix, ociImage  string
 	offlineArtifacts                       string
+	// fromPool, armEndpoint and apiVersion: --from-pool's (see
+	// config_generate_pool.go).
+	fromPool, armEndpoint, apiVersion string
 }
 
 func newConfigGenerateCommand() *cobra.Command {
 	var o generateOptions
 	cmd := &cobra.Command{
-		Use:   "generate --kubeconfig K --auth bootstrap-token|msi|sp|arc [...]",
-		Short: "Write a config for joining the cluster of a kubeconfig (server and CA from it)",
+		Use:   "generate (--kubeconfig K | --from-pool POOL-ID) --auth bootstrap-token|msi|sp|arc [...]",
+		Short: "Write a config for joining the cluster of a kubeconfig (server and CA from it) or of an AKS agent pool",
 		Long: `Write a validated config (mode 0600) that joins the cluster named by the
 current context of --kubeconfig: node.kubelet.clusterFQDN and caCertData come
 from its cluster; the rest from the flags. The same flags write the same
 bytes, so a re-run changes nothing.
+
+--from-pool /subscriptions/S/resourceGroups/G/providers/Microsoft.ContainerService/managedClusters/C/agentPools/P
+instead asks AKS: the --auth identity (msi, sp or arc) calls the pool's
+listBootstrapData action ([--resource-manager-endpoint URL] [--api-version V])
+and the config is the pool's join data (server, CA, bootstrap token, versions,
+the pool's labels, taints and maxPods, the target cluster and pool) with that
+identity for Azure Resource Manager, so the node registers its AKS Machine.
 
 --auth bootstrap-token   --token-file F (what cluster prepare --bootstrap-token wrote)
 --auth msi               [--client-id ID] (a user-assigned identity; default system-assigned)
@@ -44,7 +56,7 @@ Secrets are read from files, never from the command line, where other users
 could see them in the process list.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			doc, err := o.document()
+			doc, err := o.generate(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -56,6 +68,9 @@ could see them in the process list.`,
 			name := o.output
 			if name == "-" {
 				name = "generated config"
+			}
+			if o.fromPool != "" {
+				name += " (agent pool " + o.fromPool + "'s bootstrap data)"
 			}
 			if _, err := config.Parse(name, data); err != nil {
 				return invalid(err)
@@ -78,13 +93,30 @@ could see them in the process list.`,
 	f.StringVar(&o.hostPrefix, "host-prefix", "", "agent.hostPrefix (e.g. /opt/aks-flex-node on Azure Container Linux)")
 	f.StringVar(&o.ociImage, "oci-image", "", "bootstrap.ociImage, the worker image")
 	f.StringVar(&o.offlineArtifacts, "offline-artifacts", "", "bootstrap.offlineArtifacts.source")
+	f.StringVar(&o.fromPool, "from-pool", "", "an AKS agent pool's resource ID: the config comes from its listBootstrapData action")
+	f.StringVar(&o.armEndpoint, "resource-manager-endpoint", "", "--from-pool: the ARM endpoint (default: --cloud's); written as azure.resourceManagerEndpoint")
+	f.StringVar(&o.apiVersion, "api-version", "", "--from-pool: listBootstrapData's api-version (default "+machineapi.BootstrapDataAPIVersion+")")
 	return cmd
+}
+
+// generate is the config the flags describe: from a kubeconfig, or from
+// an agent pool's bootstrap data.
+func (o *generateOptions) generate(ctx context.Context) (map[string]any, error) {
+	switch {
+	case o.fromPool != "" && o.kubeconfig != "":
+		return nil, invalidf("--from-pool and --kubeconfig: give one (the pool's bootstrap data names the server and CA)")
+	case o.fromPool != "":
+		return o.poolDocument(ctx)
+	case o.armEndpoint != "" || o.apiVersion != "":
+		return nil, invalidf("--resource-manager-endpoint and --api-version are --from-pool's")
+	}
+	return o.document()
 }
 
 // document is the config the flags describe, in the config's own schema.
 func (o *generateOptions) document() (map[string]any, error) {
 	if o.kubeconfig == "" {
-		return nil, invalidf("--kubeconfig is required")
+		return nil, invalidf("--kubeconfig or --from-pool is required")
 	}
 	server, ca, err := clusterOf(o.kubeconfig)
 	if err != nil {
@@ -98,27 +130,41 @@ func (o *generateOptions) document() (map[string]any, error) {
 		"azure": azure,
 		"node":  map[string]any{"kubelet": map[string]any{"clusterFQDN": server, "caCertData": base64.StdEncoding.EncodeToString(ca)}},
 	}
-	agent := map[string]any{}
+	o.hostSections(doc)
+	return doc, nil
+}
+
+// hostSections sets what the flags say about the host (agent.nodeName,
+// agent.hostPrefix, the bootstrap sources) over doc's sections.
+func (o *generateOptions) hostSections(doc map[string]any) {
+	section := func(name string) map[string]any {
+		m, ok := doc[name].(map[string]any)
+		if !ok {
+			m = map[string]any{}
+		}
+		return m
+	}
+	set := func(name string, m map[string]any) {
+		if len(m) > 0 {
+			doc[name] = m
+		}
+	}
+	agent := section("agent")
 	if o.nodeName != "" {
 		agent["nodeName"] = o.nodeName
 	}
 	if o.hostPrefix != "" {
 		agent["hostPrefix"] = o.hostPrefix
 	}
-	if len(agent) > 0 {
-		doc["agent"] = agent
-	}
-	bootstrap := map[string]any{}
+	set("agent", agent)
+	bootstrap := section("bootstrap")
 	if o.ociImage != "" {
 		bootstrap["ociImage"] = o.ociImage
 	}
 	if o.offlineArtifacts != "" {
 		bootstrap["offlineArtifacts"] = map[string]any{"source": o.offlineArtifacts}
 	}
-	if len(bootstrap) > 0 {
-		doc["bootstrap"] = bootstrap
-	}
-	return doc, nil
+	set("bootstrap", bootstrap)
 }
 
 // azure is the azure section for --auth.

@@ -112,6 +112,10 @@ type Agent struct {
 	// refuse start (nothing on the host changed); false joins with a
 	// warning, as upstream does.
 	RequireMachineRegistration bool `json:"requireMachineRegistration"`
+	// MachineClient chooses where the node's AKS Machine is read from:
+	// ARM (default) or, as upstream's in-cluster mode, a Kubernetes API
+	// path through the cluster connection (see machine_client.go).
+	MachineClient *MachineClient `json:"machineClient,omitempty"`
 }
 
 type Components struct {

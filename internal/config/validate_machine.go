@@ -101,12 +101,16 @@ func (v *validator) arm(c *Config) {
 			v.add("azure.machineApiVersion", "%q is not an ARM api-version such as %s (YYYY-MM-DD, optionally -preview)", ver, DefaultMachineAPIVersion)
 		}
 	}
+	v.machineClient(c)
 	v.armNeeds(c)
 }
 
 // armNeeds checks what registration needs and what only it uses.
 func (v *validator) armNeeds(c *Config) {
 	a := &c.Azure
+	if c.Agent.MachineClient.InCluster() {
+		return // machine_client.go checks what in-cluster mode needs
+	}
 	if !a.ARM() {
 		for _, f := range []struct {
 			path string

@@ -39,8 +39,9 @@ type MachineFollower struct {
 	// Config is the config the agent loaded: the Machine registration's
 	// source and the base the goal overlays.
 	Config *config.Config
-	// ARM is the Machine's client.
-	ARM func() (*machineapi.Client, error)
+	// ARM is the Machine's client: ARM's, or the cluster connection's
+	// in in-cluster mode (agent.machineClient.mode).
+	ARM func() (machineapi.Backend, error)
 	// Client is the node's own client (its credential).
 	Client func() (kubeclient.Interface, error)
 	// Repave runs the existing blue/green repave (and its rollback) to
@@ -55,6 +56,9 @@ type MachineFollower struct {
 	Now func() time.Time
 
 	resetting bool
+	// lastStatus is the status last written on the Machine (in-cluster
+	// mode), nil before the first.
+	lastStatus *machineapi.Status
 }
 
 // FollowMachine is the loop; it needs the API server (and ARM).
@@ -111,6 +115,7 @@ func (f *MachineFollower) Follow(ctx context.Context) error {
 		return actErr // nil when skipped under another command's lock: the next pass decides again
 	}
 	f.report(ctx, cs, n, d, &rec, errors.Join(obs.ARMError, actErr))
+	f.writeStatus(ctx, cl, obs, rec)
 	if obs.ARMError != nil {
 		return fmt.Errorf("%s: %w", followMachineLoop, obs.ARMError)
 	}
@@ -139,14 +144,14 @@ func (f *MachineFollower) loadGoal() (machineapi.GoalRecord, error) {
 // that start never tried: a record missing) with upstream's rule, and
 // records the outcome where status and debug read it. nil once the
 // Machine is registered.
-func (f *MachineFollower) ensureRegistered(ctx context.Context, cl *machineapi.Client) error {
+func (f *MachineFollower) ensureRegistered(ctx context.Context, cl machineapi.Backend) error {
 	l := f.Keeper.Layout
 	path := l.MachineRegistration()
 	old, err := lifecycle.LoadMachineRegistration(l.OnRoot(path))
 	if err == nil && old.Registered() {
 		return nil
 	}
-	rec := machineapi.Record{ResourceID: cl.ID().String(), At: f.now()}
+	rec := machineapi.Record{ResourceID: cl.Describe(), At: f.now()}
 	reg, regErr := machineapi.Register(ctx, cl, machineapi.WantFromConfig(f.Config))
 	if regErr != nil {
 		rec.Error, rec.Code = regErr.Error(), machineapi.Code(regErr)
@@ -169,7 +174,7 @@ func (f *MachineFollower) ensureRegistered(ctx context.Context, cl *machineapi.C
 // one the last pass saw was deleted since (AKS deletes it after its drain
 // for a disruptive goal) and registered again by the kubelet, which does
 // so within seconds: for the table it is gone.
-func (f *MachineFollower) observe(ctx context.Context, cl *machineapi.Client, armErr error, cs kubeclient.Interface, name string, rec machineapi.GoalRecord) (machineapi.Observed, *corev1.Node, error) {
+func (f *MachineFollower) observe(ctx context.Context, cl machineapi.Backend, armErr error, cs kubeclient.Interface, name string, rec machineapi.GoalRecord) (machineapi.Observed, *corev1.Node, error) {
 	var obs machineapi.Observed
 	if armErr == nil {
 		obs.Machine, armErr = cl.Get(ctx)

@@ -44,7 +44,7 @@ type followEnv struct {
 	resets  int
 }
 
-func loopback(t *testing.T) net.Listener {
+func loopback(t testing.TB) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +53,7 @@ func loopback(t *testing.T) net.Listener {
 	return l
 }
 
-func newFollowEnv(t *testing.T) *followEnv {
+func newFollowEnv(t testing.TB) *followEnv {
 	t.Helper()
 	h := newDriftHost(t)
 	c, err := config.Load(h.k.ConfigFile)
@@ -84,7 +84,7 @@ func newFollowEnv(t *testing.T) *followEnv {
 			Labels: map[string]string{"kubernetes.io/hostname": c.Agent.NodeName}}})}
 	h.k.Metrics = metrics.NewRegistry(h.l)
 	e.f = &MachineFollower{Keeper: h.k, Config: c,
-		ARM:    func() (*machineapi.Client, error) { return cl, nil },
+		ARM:    func() (machineapi.Backend, error) { return cl, nil },
 		Client: func() (kubeclient.Interface, error) { return kubeclienttest.Wrap(e.cs), nil },
 		Repave: func(_ context.Context, c *config.Config) error { e.repaves = append(e.repaves, c); return nil },
 		Reset:  func(context.Context) error { e.resets++; return nil },

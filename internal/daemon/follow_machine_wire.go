@@ -16,19 +16,25 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/machineapi"
+	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
 // newMachineFollower is the agent's follower of config c's AKS Machine;
-// nil when c names no target cluster (nothing talks to ARM then).
+// nil when c has none (no target cluster, not in-cluster mode: nothing
+// talks to ARM then).
 func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *MachineKeeper, client func() (kubeclient.Interface, error), interval time.Duration) *MachineFollower {
-	if _, ok, _ := machineapi.IDFromConfig(c); !ok {
+	if !c.HasMachine() {
 		return nil
 	}
+	backend := armClient(c, l)
+	if c.Agent.MachineClient.InCluster() {
+		backend = inClusterClient(c, l)
+	}
 	return &MachineFollower{Keeper: k, Config: c, Client: client, Interval: interval,
-		ARM:    armClient(c, l),
+		ARM:    backend,
 		Repave: repaveTo(l, log),
 		Reset:  func(ctx context.Context) error { return startDeletionReset(ctx, l) },
 	}
@@ -38,11 +44,11 @@ func newMachineFollower(c *config.Config, l layout.Layout, log *slog.Logger, k *
 // holds its ARM token while it is fresh. The token is never written to
 // the identity dir, which the machine mounts: an ARM token is the
 // agent's, not the kubelet's.
-func armClient(c *config.Config, l layout.Layout) func() (*machineapi.Client, error) {
+func armClient(c *config.Config, l layout.Layout) func() (machineapi.Backend, error) {
 	var mu sync.Mutex
 	var cl *machineapi.Client
 	read := identity.ReadSecretFile(l.Root())
-	return func() (*machineapi.Client, error) {
+	return func() (machineapi.Backend, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if cl != nil {
@@ -54,6 +60,28 @@ func armClient(c *config.Config, l layout.Layout) func() (*machineapi.Client, er
 		}
 		cl = made
 		return cl, nil
+	}
+}
+
+// inClusterClient is the Machine's client in in-cluster mode: the
+// node's own credential, read from the active machine at each call (a
+// repave switches the machine), to the API server at the config's
+// endpoint path.
+func inClusterClient(c *config.Config, l layout.Layout) func() (machineapi.Backend, error) {
+	return func() (machineapi.Backend, error) {
+		cfg, err := node.ClientConfig(c, l, l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())))
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster AKS Machine: the node's credential: %w", err)
+		}
+		hc, err := kubeclient.HTTPClient(cfg, kubeclient.AgentLoop)
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster AKS Machine: %w", err)
+		}
+		ic, err := machineapi.NewInCluster(machineapi.InClusterOptions{Server: cfg.Host, HTTPClient: hc, Endpoint: c.Agent.MachineClient.Endpoint(), Name: c.Agent.NodeName})
+		if err != nil {
+			return nil, err
+		}
+		return ic, nil
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
-	"github.com/Azure/aks-flex-node/internal/machineapi"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/state"
 )
@@ -65,7 +64,10 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", followRolloutLoop, err)
 	}
-	if _, err := cl.Rollouts.List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+	lctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
+	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{Limit: 1})
+	cancel()
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		f.noFleetWait = min(max(2*f.noFleetWait, time.Minute), noFleetMaxWait)
 		f.nextLook = time.Now().Add(f.noFleetWait)
 		k.Log.Info(followRolloutLoop+": the cluster does not serve FlexNodeRollouts to this node; looking again later",
@@ -75,7 +77,9 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 		return fmt.Errorf("%s: list the rollouts: %w", followRolloutLoop, err)
 	}
 	f.noFleetWait = 0
-	_, managed, _ := machineapi.IDFromConfig(f.Config)
+	// A node that follows an AKS Machine (in ARM, or through the
+	// cluster) is AKS's to disrupt: it never takes a slot.
+	managed := f.Config.HasMachine()
 	agent := &fleet.Agent{
 		NodeName: a.NodeName,
 		Host: &rolloutHost{layout: k.Layout, config: f.Config, log: k.Log, control: k.Control,

@@ -35,7 +35,7 @@ type driftHost struct {
 	failRestart string
 }
 
-func newDriftHost(t *testing.T) *driftHost {
+func newDriftHost(t testing.TB) *driftHost {
 	t.Helper()
 	root := t.TempDir()
 	cfgPath := "/etc/aks-flex-node/config.json"
@@ -102,7 +102,7 @@ func newDriftHost(t *testing.T) *driftHost {
 	return h
 }
 
-func writeFile(t *testing.T, p string, data []byte) {
+func writeFile(t testing.TB, p string, data []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)

@@ -122,8 +122,9 @@ type Agent struct {
 	Connect func() (Clients, error)
 	// RecordPath is the Record's file (layout.RolloutRecord on the root).
 	RecordPath string
-	// ManagedElsewhere is a node whose config names an AKS Machine
-	// through ARM: it reports ManagedElsewhere and never takes a slot.
+	// ManagedElsewhere is a node whose config follows an AKS Machine
+	// (in ARM, or through the cluster: config.HasMachine): it reports
+	// ManagedElsewhere and never takes a slot.
 	ManagedElsewhere bool
 	// BootID is the host's boot, for the slot holder; "" takes the
 	// Node's status.nodeInfo.bootID (the kubelet's, the host's kernel).
@@ -136,7 +137,13 @@ type Agent struct {
 	SoakProbe time.Duration
 	// Retry is the wait before trying a slot again when none is free,
 	// jittered to 50-150 %; 0 means a third of SlotTTL.
-	Retry  time.Duration
+	Retry time.Duration
+	// Spread is the most a staged node waits, after a change that may
+	// have freed a slot, before it asks for one: a random wait, so a
+	// fleet waiting for one slot does not ask all at once (the first
+	// one's Updating reaches the others' informers and they do not ask
+	// at all). 0 means DefaultSpread; negative, none.
+	Spread time.Duration
 	Events EventRecorder
 	// Metrics may be nil.
 	Metrics Metrics
@@ -155,6 +162,10 @@ type Agent struct {
 	slot    *Slot // the slot held, while held
 	lastLog string
 }
+
+// DefaultSpread bounds the random wait before a staged node asks for a
+// slot after a change (see Agent.Spread).
+const DefaultSpread = 2 * time.Second
 
 // DefaultSlotTTL is a slot's lease: a node that dies holding one frees it
 // this long after its last renewal (the agent renews every 20 s).
@@ -237,21 +248,40 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.log().Info("rollout: following the FlexNodeRollouts that select this Node", "node", a.NodeName, "phase", rec.Phase, "rollout", rec.Rollout)
-	var timer <-chan time.Time
+	// One retry is pending at a time, at the earliest time a pass asked
+	// for: a stream of changes does not keep postponing it (a slot freed
+	// by expiry shows on no watched object; only the retry finds it).
+	var retryAt time.Time
+	fired := false
 	for {
-		wait := a.pass(ctx)
+		wait := a.pass(ctx, fired)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		timer = nil
-		if wait > 0 {
-			timer = time.After(wait)
+		switch now := time.Now(); {
+		case wait <= 0:
+			retryAt = time.Time{}
+		case fired || retryAt.IsZero() || now.Add(wait).Before(retryAt):
+			retryAt = now.Add(wait)
 		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !retryAt.IsZero() {
+			t = time.NewTimer(time.Until(retryAt))
+			timer = t.C
+		}
+		fired = false
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
 		case <-a.cache.changed:
 		case <-timer:
+			fired, retryAt = true, time.Time{}
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
 }

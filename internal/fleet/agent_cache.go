@@ -48,11 +48,11 @@ func startAgentCache(ctx context.Context, a *Agent) *agentCache {
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				ctx, cancel := context.WithTimeout(ctx, listWatchTimeout)
 				defer cancel()
-				out, err := a.conn().Rollouts.List(ctx, o)
+				out, err := a.conn().Rollouts.ListWatch().ListWithContext(ctx, o)
 				return out, c.record(err)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				w, err := a.conn().Rollouts.Watch(ctx, o)
+				w, err := a.conn().Rollouts.ListWatch().WatchWithContext(ctx, o)
 				return w, c.record(err)
 			},
 		},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,8 +24,8 @@ const maxActions = 6
 
 // pass decides and acts until there is nothing to do but wait for the
 // next change; it returns how long to wait at most before the next pass
-// (0: only a change starts one).
-func (a *Agent) pass(ctx context.Context) time.Duration {
+// (0: only a change starts one). fired is a pass the retry timer started.
+func (a *Agent) pass(ctx context.Context, fired bool) time.Duration {
 	for range maxActions {
 		n := a.cache.node(a.NodeName)
 		if n == nil {
@@ -32,7 +34,9 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		r, others := Select(a.cache.allRollouts(), n)
 		v := view{rollout: r, rec: a.rec, managedElsewhere: a.ManagedElsewhere}
 		if r != nil {
-			_, v.failedPeers = peers(r, a.cache.allNodes())
+			_, failed := peers(r, a.cache.allNodes())
+			// Its own condition may be a moment behind its Record.
+			v.failedPeers = slices.DeleteFunc(failed, func(name string) bool { return name == n.Name })
 		}
 		act, why := decide(v)
 		if line := act.String() + ": " + why; line != a.lastLog {
@@ -42,7 +46,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		if act == actWait {
 			return 0
 		}
-		again, wait, err := a.do(ctx, act, r, others, n)
+		again, wait, err := a.do(ctx, act, r, others, n, fired)
 		if ctx.Err() != nil {
 			return 0
 		}
@@ -66,7 +70,7 @@ func nameOf(r *v1alpha1.FlexNodeRollout) string {
 
 // do carries out act; again says decide once more at once, wait how long
 // to wait otherwise.
-func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node) (again bool, wait time.Duration, err error) {
+func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout, others []string, n *corev1.Node, fired bool) (again bool, wait time.Duration, err error) {
 	switch act {
 	case actForget:
 		a.rec = Record{Applied: a.rec.Applied}
@@ -76,11 +80,14 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 	case actManagedElsewhere:
 		a.adopt(r)
 		return false, 0, a.report(ctx, PhaseManagedElsewhere, "", "AKSMachine",
-			"its config names an AKS Machine through ARM: AKS drives its disruption; this rollout never takes it"+alsoSelected(r, others))
+			"its config follows an AKS Machine (in ARM, or through the cluster): AKS drives its disruption; this rollout never takes it"+alsoSelected(r, others))
 	case actStart:
 		a.adopt(r)
 		return a.start(ctx, r, others)
 	case actTakeSlot:
+		if !fired && !a.mayBeFree(ctx, r) {
+			return false, a.retryAfter(), nil
+		}
 		sl, err := a.acquire(ctx, r, n)
 		if errors.Is(err, ErrNoSlot) {
 			return false, a.retryAfter(), nil
@@ -155,7 +162,7 @@ func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others [
 		}
 		step, reason := stepAndReason(err, StepStage, "StageFailed")
 		a.rec.ResumedAt = resumedAt(r)
-		return false, 0, a.report(ctx, PhaseFailed, step, reason, err.Error())
+		return false, 0, a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 	}
 	return true, 0, a.report(ctx, PhaseStaged, "", "", "staged on the inactive side"+alsoSelected(r, others))
 }
@@ -179,13 +186,74 @@ func stepAndReason(err error, step, reason string) (string, string) {
 	return step, reason
 }
 
-// acquire takes (or re-adopts) a slot of r for this node, out of
-// maxUnavailable resolved against the Nodes r selects.
-func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *corev1.Node) (*Slot, error) {
+// failMessage is err for the condition's message: a Host's StepError
+// without its step and reason, which the condition carries already.
+func failMessage(err error) string {
+	if se, ok := err.(*StepError); ok && se.Err != nil {
+		return se.Err.Error()
+	}
+	return err.Error()
+}
+
+// maxSlots is r's maxUnavailable resolved against the Nodes r selects.
+func (a *Agent) maxSlots(r *v1alpha1.FlexNodeRollout) (int, error) {
 	selected, _ := peers(r, a.cache.allNodes())
 	max, err := v1alpha1.ResolveMaxUnavailable(r.Spec.Strategy.MaxUnavailable, selected)
 	if err != nil {
-		return nil, fmt.Errorf("rollout %s: spec.strategy.maxUnavailable: %w", r.Name, err)
+		return 0, fmt.Errorf("rollout %s: spec.strategy.maxUnavailable: %w", r.Name, err)
+	}
+	return max, nil
+}
+
+// mayBeFree says whether a change-started pass should ask for a slot of
+// r: not while the Nodes show every slot in use (nodes Updating, or
+// Failed past stage, in r); else after a random wait of up to Spread,
+// if they still do not. The Nodes are a hint, never the judge (Acquire
+// is): a node between its slot and its first report is not counted, and
+// a holder that died still is, which is why the retry timer's passes ask
+// regardless.
+func (a *Agent) mayBeFree(ctx context.Context, r *v1alpha1.FlexNodeRollout) bool {
+	max, err := a.maxSlots(r)
+	if err != nil {
+		return true // Acquire says why
+	}
+	if a.inUse(r) >= max {
+		return false
+	}
+	spread := a.Spread
+	if spread == 0 {
+		spread = DefaultSpread
+	}
+	if spread <= 0 {
+		return true
+	}
+	if !sleep(ctx, rand.N(spread)) {
+		return false
+	}
+	return a.inUse(r) < max
+}
+
+// inUse counts the Nodes whose condition says they hold a slot of r.
+func (a *Agent) inUse(r *v1alpha1.FlexNodeRollout) int {
+	n := 0
+	for _, node := range a.cache.allNodes() {
+		nr, ok, err := ReadNodeRelease(node)
+		if !ok || err != nil || nr.Rollout != r.Name {
+			continue
+		}
+		if nr.Phase == PhaseUpdating || (nr.Phase == PhaseFailed && nr.Step != StepStage && nr.Reason != "SlotLost") {
+			n++
+		}
+	}
+	return n
+}
+
+// acquire takes (or re-adopts) a slot of r for this node, out of
+// maxUnavailable resolved against the Nodes r selects.
+func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *corev1.Node) (*Slot, error) {
+	max, err := a.maxSlots(r)
+	if err != nil {
+		return nil, err
 	}
 	s := a.slotsFor(r, n)
 	sl, err := s.Acquire(ctx, max)

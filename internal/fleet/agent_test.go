@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -203,5 +205,46 @@ func TestRolloutNodeKeepsWhatTheAgentReads(t *testing.T) {
 	o2, _ := rolloutNode(hb)
 	if nodeKey(k) != nodeKey(o2.(*corev1.Node)) {
 		t.Error("a heartbeat of the condition counts as a change")
+	}
+}
+
+// The Nodes' conditions hint at the slots in use: Updating, and Failed
+// past stage, in this rollout, at any generation.
+func TestInUseCountsTheNodesThatHoldSlots(t *testing.T) {
+	r := selecting("b", 3, time.Now(), nil)
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for i, rel := range []*NodeRelease{
+		{Rollout: "b", Generation: 3, Phase: PhaseUpdating, Step: StepDrain},
+		{Rollout: "b", Generation: 2, Phase: PhaseUpdating, Step: StepSoak},
+		{Rollout: "b", Generation: 3, Phase: PhaseFailed, Step: StepSwitch, Reason: "RolledBack"},
+		{Rollout: "b", Generation: 3, Phase: PhaseFailed, Step: StepStage, Reason: "DiskFull"},
+		{Rollout: "b", Generation: 3, Phase: PhaseFailed, Step: StepSoak, Reason: "SlotLost"},
+		{Rollout: "b", Generation: 3, Phase: PhaseStaged},
+		{Rollout: "b", Generation: 3, Phase: PhaseUpdated},
+		{Rollout: "a", Generation: 3, Phase: PhaseUpdating, Step: StepDrain},
+		nil,
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i)}}
+		if rel != nil {
+			SetNodeRelease(n, *rel, time.Now())
+		}
+		if err := store.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &Agent{cache: &agentCache{nodes: store}}
+	if got := a.inUse(r); got != 3 {
+		t.Errorf("in use %d, want 3 (two Updating, one failed at switch)", got)
+	}
+	a.Spread = -1
+	max1 := intstr.FromInt32(3)
+	r.Spec.Strategy.MaxUnavailable = &max1
+	if a.mayBeFree(t.Context(), r) {
+		t.Error("three in use of three: may be free")
+	}
+	max2 := intstr.FromInt32(4)
+	r.Spec.Strategy.MaxUnavailable = &max2
+	if !a.mayBeFree(t.Context(), r) {
+		t.Error("three in use of four: not free")
 	}
 }

@@ -125,6 +125,9 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 	}
 }
 
+// probeTimeout bounds one soak probe.
+const probeTimeout = time.Minute
+
 // soak asks Healthy at once and every probe interval for d: every answer
 // must be healthy. A restarted agent soaks d again from its restart: a
 // window it did not watch proves nothing.
@@ -138,7 +141,12 @@ func (a *Agent) soak(ctx context.Context, d time.Duration) error {
 	}
 	deadline := time.Now().Add(d)
 	for {
-		if err := a.Host.Healthy(ctx); err != nil {
+		// A probe that hangs (a machine's systemd that does not answer)
+		// is a probe that failed, not a soak that never ends.
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := a.Host.Healthy(pctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -218,7 +226,7 @@ func (a *Agent) fail(ctx, wctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	if ferr := a.slots.Fail(ctx, sl, step, reason); ferr != nil {
 		a.log().Warn("rollout: mark the slot failed", "slot", sl.Lease.Name, "error", ferr)
 	}
-	return a.report(ctx, PhaseFailed, step, reason, err.Error())
+	return a.report(ctx, PhaseFailed, step, reason, failMessage(err))
 }
 
 // release frees the slot, trying a few times (a release that never

@@ -16,15 +16,26 @@ import (
 
 // MachineClientFunc makes the client of the AKS Machine config c
 // registers; ok is false when c names no target cluster.
-type MachineClientFunc func(c *config.Config) (cl *machineapi.Client, ok bool, err error)
+type MachineClientFunc func(c *config.Config) (cl machineapi.Backend, ok bool, err error)
 
 // DefaultMachineClient is the product's: the config's Azure identity,
 // asked for each token without a cache (registration runs before start
 // may write anything), through the transport policy.
 func DefaultMachineClient(root string) MachineClientFunc {
 	read := identity.ReadSecretFile(root)
-	return func(c *config.Config) (*machineapi.Client, bool, error) {
-		return machineapi.FromConfig(c, func(s identity.Spec) machineapi.TokenSource { return &identity.Source{Spec: s} }, read)
+	return func(c *config.Config) (machineapi.Backend, bool, error) {
+		if c.Agent.MachineClient.InCluster() {
+			ic, err := machineapi.InClusterAtStart(c)
+			if err != nil {
+				return nil, true, err
+			}
+			return ic, true, nil
+		}
+		cl, ok, err := machineapi.FromConfig(c, func(s identity.Spec) machineapi.TokenSource { return &identity.Source{Spec: s} }, read)
+		if cl == nil {
+			return nil, ok, err
+		}
+		return cl, ok, err
 	}
 }
 
@@ -50,15 +61,12 @@ func (t *registerMachine) Name() string { return "register-machine" }
 
 func (t *registerMachine) Do(ctx context.Context) (task.Result, error) {
 	c := t.config
-	id, ok, idErr := machineapi.IDFromConfig(c)
+	desc, ok, idErr := machineapi.DescribeFromConfig(c)
 	if !ok {
 		t.out.Set(machineapi.Record{})
 		return task.Result{Detail: "no azure.targetCluster.resourceId: no AKS Machine"}, nil
 	}
-	rec := machineapi.Record{ResourceID: id.String(), At: t.now().UTC()}
-	if idErr != nil {
-		rec.ResourceID = c.Azure.TargetCluster.ResourceID
-	}
+	rec := machineapi.Record{ResourceID: desc, At: t.now().UTC()}
 	reg, err := t.register(ctx, idErr)
 	if err != nil {
 		rec.Error, rec.Code = err.Error(), machineapi.Code(err)

@@ -45,7 +45,7 @@ func fakeMachineAPI(t *testing.T) (*fakearm.Server, MachineClientFunc, string) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(arm.CAPEM)
 	spec := identity.Spec{Method: identity.MethodServicePrincipal, TenantID: tn.ID, ClientID: app, ClientSecret: "s3cret-value", AuthorityHost: tn.AuthorityHost, RootCAs: tn.CAPEM}
-	newClient := func(c *config.Config) (*machineapi.Client, bool, error) {
+	newClient := func(c *config.Config) (machineapi.Backend, bool, error) {
 		id, ok, err := machineapi.IDFromConfig(c)
 		if !ok || err != nil {
 			return nil, ok, err
@@ -54,7 +54,10 @@ func fakeMachineAPI(t *testing.T) (*fakearm.Server, MachineClientFunc, string) {
 		cl, err := machineapi.New(machineapi.Options{ID: id, Endpoint: endpoint, Audience: aud, APIVersion: c.Azure.MachineAPIVersion,
 			Tokens: &identity.Source{Spec: spec}, Identity: spec.String(), HTTPClient: transport.Policy{RootCAs: roots}.Client(),
 			Poll: machineapi.Poll{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxRetryAfter: time.Second, Timeout: time.Minute}})
-		return cl, true, err
+		if err != nil {
+			return nil, true, err
+		}
+		return cl, true, nil
 	}
 	return arm, newClient, app
 }
@@ -73,7 +76,7 @@ func armConfig(require bool) *config.Config {
 // A config without a target cluster never reaches ARM.
 func TestRegisterMachineWithoutTargetClusterTalksToNoARM(t *testing.T) {
 	out := task.NewOutput[machineapi.Record]("register-machine")
-	never := func(*config.Config) (*machineapi.Client, bool, error) {
+	never := func(*config.Config) (machineapi.Backend, bool, error) {
 		t.Fatal("the machine client was made for a config without azure.targetCluster.resourceId")
 		return nil, false, nil
 	}

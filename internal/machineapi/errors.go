@@ -24,6 +24,9 @@ type Error struct {
 	// operation that ended without success.
 	State             string
 	ProvisioningError *ErrorDetail
+	// Needs names the permissions the call needs, for a 403's remedy;
+	// "" is the machine API's (machines read and write).
+	Needs string
 }
 
 func (e *Error) Error() string {
@@ -49,7 +52,11 @@ func (e *Error) Error() string {
 	case e.Status == http.StatusUnauthorized:
 		fmt.Fprintf(&b, " (asked as %s: ARM did not accept its token; check that the identity is of the cluster's tenant and that azure.cloud or azure.resourceManagerEndpoint names this ARM)", e.Identity)
 	case e.Status == http.StatusForbidden:
-		fmt.Fprintf(&b, " (asked as %s: grant it a role on the cluster that allows Microsoft.ContainerService/managedClusters/agentPools/machines/read and write)", e.Identity)
+		needs := e.Needs
+		if needs == "" {
+			needs = "Microsoft.ContainerService/managedClusters/agentPools/machines/read and write"
+		}
+		fmt.Fprintf(&b, " (asked as %s: grant it a role on the cluster that allows %s)", e.Identity, needs)
 	}
 	return b.String()
 }

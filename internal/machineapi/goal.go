@@ -86,7 +86,7 @@ func (d Decision) String() string {
 func Decide(applied Applied, o Observed) Decision {
 	switch {
 	case o.ARMError != nil:
-		return Decision{Action: ActionHold, Goal: applied.clone(), Reason: "ARM: " + o.ARMError.Error() + "; nothing changed, retrying"}
+		return Decision{Action: ActionHold, Goal: applied.clone(), Reason: "the AKS Machine could not be read: " + o.ARMError.Error() + "; nothing changed, retrying"}
 	case o.Machine == nil && o.NodeDeletionTaint:
 		return Decision{Action: ActionReset, Reason: "the AKS Machine is gone and the Node carries the deletion taint"}
 	case o.Machine == nil:

@@ -45,7 +45,7 @@ func TestDecideIsUpstreamsTable(t *testing.T) {
 		}), NodeExists: true}, ActionNone, "e2", "the goal is applied", "1.35.0"},
 		{"machine gone, tainted", Observed{NodeExists: true, NodeDeletionTaint: true}, ActionReset, "", "deletion taint", ""},
 		{"machine gone, no taint", Observed{NodeExists: true}, ActionWaitForDeletionTaint, "", "waiting for the Node's deletion taint", "1.35.0"},
-		{"ARM erroring", Observed{ARMError: errors.New("GET x: 503 Service Unavailable"), NodeExists: true}, ActionHold, "", "ARM: GET x: 503", "1.35.0"},
+		{"ARM erroring", Observed{ARMError: errors.New("GET x: 503 Service Unavailable"), NodeExists: true}, ActionHold, "", "the AKS Machine could not be read: GET x: 503", "1.35.0"},
 		{"operation running", Observed{Machine: func() *Machine {
 			m := goalMachine(func(k *KubernetesProfile) { k.OrchestratorVersion = "1.36.0" })
 			m.Properties.ProvisioningState = "Updating"

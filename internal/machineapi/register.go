@@ -78,7 +78,7 @@ const maxDecisions = 4
 // adopt its eTag; of another version, update it (If-Match: its eTag) and
 // require the answer to name the version asked for. A 412 means the
 // Machine changed between the read and the write: read and decide again.
-func Register(ctx context.Context, c *Client, w Want) (Registration, error) {
+func Register(ctx context.Context, c Backend, w Want) (Registration, error) {
 	for n := 1; n <= maxDecisions; n++ {
 		m, err := c.Get(ctx)
 		if err != nil {
@@ -102,11 +102,11 @@ func Register(ctx context.Context, c *Client, w Want) (Registration, error) {
 			return Registration{Attempts: n}, err
 		}
 		if !SameVersion(got.Version(), w.Version) {
-			return Registration{Attempts: n, Machine: got}, fmt.Errorf("PUT %s: asked for Kubernetes %s, the Machine answers %q", c.o.ID, w.Version, got.Version())
+			return Registration{Attempts: n, Machine: got}, fmt.Errorf("PUT %s: asked for Kubernetes %s, the Machine answers %q", c.Describe(), w.Version, got.Version())
 		}
 		return Registration{Outcome: out, Machine: got, ETag: got.ETag(), Attempts: n}, nil
 	}
-	return Registration{Attempts: maxDecisions}, fmt.Errorf("register %s: the Machine's eTag moved on each of %d tries (412); something else keeps changing it", c.o.ID, maxDecisions)
+	return Registration{Attempts: maxDecisions}, fmt.Errorf("register %s: the Machine's eTag moved on each of %d tries (412); something else keeps changing it", c.Describe(), maxDecisions)
 }
 
 // SameVersion compares Kubernetes versions without their "v"; a goal of

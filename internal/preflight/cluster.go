@@ -212,11 +212,11 @@ func nodeNameCheck(e *Env) Check {
 	name := e.Config.Agent.NodeName
 	return NewCheck(NameNodeName, fmt.Sprintf("agent.nodeName %s", name), func(ctx context.Context) Result {
 		valid := fmt.Sprintf("%s is a valid DNS-1123 name", name)
-		if e.Config.Azure.ARM() {
+		if e.Config.HasMachine() {
 			// It names the AKS Machine too, whose rule is narrower.
 			if err := machineapi.CheckMachineName(name); err != nil {
 				return Error(fmt.Sprintf("set agent.nodeName in %s to at most %d characters without dots", e.configFile(), machineapi.MaxMachineNameLength),
-					"%v (azure.targetCluster.resourceId is set, so the node registers as that AKS Machine)", err)
+					"%v (the node registers as that AKS Machine)", err)
 			}
 			valid += " and AKS Machine name"
 		}

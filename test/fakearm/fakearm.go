@@ -7,7 +7,8 @@
 // non-terminal provisioningState, an operation status URL and
 // Retry-After); paged lists with nextLink; bearer tokens checked against
 // the fake Entra tenant (test/fakeentra, whose tokens IMDS and the Arc
-// agent hand out too); the pool's deleteMachines action; ARM's error
+// agent hand out too); the pool's deleteMachines and listBootstrapData
+// actions; ARM's error
 // envelope; and fault knobs (any status
 // with a code, Retry-After, slow answers, failed operations, an eTag that
 // moves between a GET and a PUT). Tests serve it only on loopback.
@@ -52,6 +53,8 @@ const (
 	KindOperation Kind = "operation"
 	// KindDeleteMachines is the pool's deleteMachines action.
 	KindDeleteMachines Kind = "deleteMachines"
+	// KindBootstrapData is the pool's listBootstrapData action.
+	KindBootstrapData Kind = "listBootstrapData"
 )
 
 // Fault answers matching requests instead of the fake: Method and Kind
@@ -103,8 +106,11 @@ type Server struct {
 	pollsToComplete int
 	pollRetryAfter  string
 	failNext        *Failure
-	moveETag        bool
-	keepVersion     bool
+	// bootstrap is each pool's listBootstrapData answer, by lowercased
+	// pool resource ID.
+	bootstrap   map[string]map[string]any
+	moveETag    bool
+	keepVersion bool
 }
 
 // Start serves a fake on l (a loopback listener) until t ends.
@@ -115,7 +121,7 @@ func Start(t testing.TB, l net.Listener, o Options) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{URL: "https://" + l.Addr().String(), CAPEM: caPEM, o: o,
-		machines: map[string]*machine{}, ops: map[string]*operation{}, pollsToComplete: 1, pollRetryAfter: "1"}
+		machines: map[string]*machine{}, ops: map[string]*operation{}, bootstrap: map[string]map[string]any{}, pollsToComplete: 1, pollRetryAfter: "1"}
 	if s.o.Audience == "" {
 		s.o.Audience = s.URL + "/"
 	}

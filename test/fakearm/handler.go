@@ -61,6 +61,8 @@ func parseRoute(path string) (route, bool) {
 		return route{KindOperation, seg[7]}, true
 	case len(seg) == 11 && fixed("subscriptions", "*", "resourceGroups", "*", "providers", "Microsoft.ContainerService", "managedClusters", "*", "agentPools", "*", "deleteMachines"):
 		return route{KindDeleteMachines, strings.TrimSuffix(path, "/"+seg[10])}, true
+	case len(seg) == 11 && fixed("subscriptions", "*", "resourceGroups", "*", "providers", "Microsoft.ContainerService", "managedClusters", "*", "agentPools", "*", "listBootstrapData"):
+		return route{KindBootstrapData, strings.TrimSuffix(path, "/"+seg[10])}, true
 	case len(seg) == 11 && fixed("subscriptions", "*", "resourceGroups", "*", "providers", "Microsoft.ContainerService", "managedClusters", "*", "agentPools", "*", "machines"):
 		return route{KindList, path}, true
 	case len(seg) == 12 && fixed("subscriptions", "*", "resourceGroups", "*", "providers", "Microsoft.ContainerService", "managedClusters", "*", "agentPools", "*", "machines"):
@@ -109,6 +111,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.put(w, r, rt.id)
 	case rt.kind == KindDeleteMachines && r.Method == http.MethodPost:
 		s.deleteMachines(w, r, rt.id)
+	case rt.kind == KindBootstrapData && r.Method == http.MethodPost:
+		s.listBootstrapData(w, r, rt.id)
 	case rt.kind == KindMachine && r.Method == http.MethodDelete:
 		s.delete(w, rt.id)
 	default:

@@ -33,17 +33,21 @@ const testClusterID = "/subscriptions/6f1a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b/resou
 // machineScenario is the ACL-like host that registers its Machine.
 var machineScenario = scenario{name: "acl-machine", variant: aclhost.ACL, prefix: "/opt/aks-flex-node", agent: "/opt/aks-flex-node/bin/aks-flex-node", nodeName: "acl-machine-1"}
 
-// An ACL-like host joins with a bootstrap token for the kubelet and its
-// managed identity (the fake IMDS) for ARM. With registration required,
-// a 403 refuses start before the host changes; then the Machine exists in
-// the fake ARM with the node's version, and an admin's label change there
-// (a new eTag) shows on the Node within one interval, with the
-// FlexNodeMachine condition naming the eTag, and in status. With
-// registration optional, a 403 at start joins and the agent registers the
-// Machine within one interval.
+// An ACL-like host joins at Kubernetes 1.34.2 with a bootstrap token for
+// the kubelet and its managed identity (the fake IMDS) for ARM. With
+// registration required, a 403 refuses start before the host changes;
+// then the Machine exists in the fake ARM with the node's version, and an
+// admin's label change there (a new eTag) shows on the Node within one
+// interval, with the FlexNodeMachine condition naming the eTag, and in
+// status. AKS's upgrade (the Machine at 1.35.4, then the Node deleted
+// after its drain) repaves the node to the other side at 1.35.4; AKS's
+// removal (the Machine deleted, the Node tainted) resets the host, which
+// uninstall.sh then leaves as it was before install. With registration
+// optional, a 403 at start joins and the agent registers the Machine
+// within one interval.
 func TestFollowMachine(t *testing.T) {
 	aclhost.RequireE2E(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	e := &env{ctx: ctx}
 	e.startCluster(t)
@@ -53,11 +57,23 @@ func TestFollowMachine(t *testing.T) {
 	}
 	arm := fakearm.Start(t, l, fakearm.Options{Tokens: e.entra.Tenant, APIVersions: []string{config.DefaultMachineAPIVersion}})
 	sc := machineScenario
-	h := e.bootMachineHost(t, sc, arm)
+	// The node joins at the previous minor (the 1.34 kubelet
+	// build-k8s.sh --module cmd-1.34 made) and AKS upgrades it to the
+	// control plane's 1.35.4: one bundle per version, the config's source
+	// a template of the version.
+	joined := e.previousBundle(t)
+	h := e.bootMachineHost(t, sc, arm, map[string]string{
+		joined.Components.Kubernetes:     buildBundle(t, e.dist+"/aks-flex-node", joined.dir, e.layoutDir, joined.Manifest),
+		e.manifest.Components.Kubernetes: buildBundle(t, e.dist+"/aks-flex-node", e.bundle, e.layoutDir, e.manifest),
+	})
 
 	step("A bootstrap token for the kubelet, the managed identity for ARM, registration required")
-	cfg := e.machineConfig(t, sc, arm.URL)
+	cfg := e.machineConfig(t, sc, arm.URL, joined.Components.Kubernetes)
 	writeConfig(t, h, cfg)
+	before, err := h.Snapshot("/etc", "/var", "/opt", "/usr")
+	if err != nil {
+		t.Fatal(err)
+	}
 	id := testClusterID + "/agentPools/aksflexnodes/machines/" + sc.nodeName
 	e.install(t, h)
 	checkRefusedOn403(t, h, sc, arm, id)
@@ -66,11 +82,13 @@ func TestFollowMachine(t *testing.T) {
 	m := arm.Machine(id)
 	props, _ := m["properties"].(map[string]any)
 	k, _ := props["kubernetes"].(map[string]any)
-	if m == nil || k["orchestratorVersion"] != e.manifest.Components.Kubernetes {
+	if m == nil || k["orchestratorVersion"] != joined.Components.Kubernetes {
 		t.Fatalf("the Machine after start: %v", m)
 	}
+	e.benchConvergedStart(t, h, sc)
 	e.checkLabelsFollowed(t, h, sc, arm, id)
-	h.RunOK(t, sc.agent, "reset")
+	e.checkVersionRepave(t, h, sc, arm, id, e.manifest.Components.Kubernetes)
+	e.checkMachineDeletionReset(t, h, sc, arm, id, before)
 
 	e.checkOptionalRegistration(t, h, sc, arm, id, cfg)
 	h.RunOK(t, sc.agent, "reset")
@@ -106,15 +124,15 @@ func (e *env) startCluster(t *testing.T) {
 	buildAgent(t, e.dist+"/aks-flex-node")
 }
 
-// bootMachineHost boots the host with the bundle in a directory, the
+// bootMachineHost boots the host with the bundles in directories, the
 // agent and install.sh in /root/dist, trusting the fake Entra's and the
-// fake ARM's CAs, with IMDS in its namespace.
-func (e *env) bootMachineHost(t *testing.T, sc scenario, arm *fakearm.Server) *aclhost.Host {
-	bundle := buildBundle(t, e.dist+"/aks-flex-node", e.bundle, e.layoutDir, e.manifest)
-	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.net.NS, ExtraArgs: []string{
-		"--bind=" + t.TempDir() + ":/var/lib/machines",
-		"--bind-ro=" + bundle + ":/var/lib/aks-flex-node-test/bundle",
-	}})
+// fake ARM's CAs, with IMDS in its namespace (no ARM: neither).
+func (e *env) bootMachineHost(t *testing.T, sc scenario, arm *fakearm.Server, bundles map[string]string) *aclhost.Host {
+	args := []string{"--bind=" + t.TempDir() + ":/var/lib/machines"}
+	for version, dir := range bundles {
+		args = append(args, "--bind-ro="+dir+":"+machineBundleDir+version)
+	}
+	h := aclhost.MustStart(t, aclhost.Options{Variant: sc.variant, Name: sc.name, NetNS: e.net.NS, ExtraArgs: args})
 	t.Cleanup(func() {
 		if t.Failed() {
 			j, _, _ := h.Run(context.Background(), "journalctl", "--no-pager", "-n", "150", "-u", "aks-flex-node-agent")
@@ -124,10 +142,15 @@ func (e *env) bootMachineHost(t *testing.T, sc scenario, arm *fakearm.Server) *a
 	if err := h.CopyIn(e.dist+"/aks-flex-node", "/root/dist/aks-flex-node", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.CopyIn(filepath.Join(repoRoot(), "scripts", "install.sh"), "/root/dist/install.sh", 0o755); err != nil {
-		t.Fatal(err)
+	for _, sh := range []string{"install.sh", "uninstall.sh"} {
+		if err := h.CopyIn(filepath.Join(repoRoot(), "scripts", sh), "/root/dist/"+sh, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.entra.Trust(t, h)
+	if arm == nil { // in-cluster mode: nothing talks to ARM
+		return h
+	}
 	if err := h.WriteFile("/root/fake-arm-ca.pem", arm.CAPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -136,14 +159,21 @@ func (e *env) bootMachineHost(t *testing.T, sc scenario, arm *fakearm.Server) *a
 	return h
 }
 
-// machineConfig is a bootstrap-token config as an admin makes it, with
-// the managed identity for ARM, the target cluster and pool, the fake
-// ARM as the endpoint and registration required.
-func (e *env) machineConfig(t *testing.T, sc scenario, armURL string) map[string]any {
+// machineBundleDir + a Kubernetes version is where the host has that
+// version's bundle; the config's source is the template of it.
+const machineBundleDir = "/var/lib/aks-flex-node-test/bundle-"
+
+// machineConfig is a bootstrap-token config as an admin makes it at
+// Kubernetes version, with the managed identity for ARM, the target
+// cluster and pool, the fake ARM as the endpoint and registration
+// required.
+func (e *env) machineConfig(t *testing.T, sc scenario, armURL, version string) map[string]any {
 	var cfg map[string]any
 	if err := json.Unmarshal(e.bootstrapTokenConfig(t, sc), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	cfg["components"].(map[string]any)["kubernetes"] = version
+	cfg["bootstrap"].(map[string]any)["offlineArtifacts"] = map[string]any{"source": machineBundleDir + "{{ .KubernetesVersion }}"}
 	az := cfg["azure"].(map[string]any)
 	az["managedIdentity"] = map[string]any{}
 	az["targetCluster"] = map[string]any{"resourceId": testClusterID, "location": "eastus"}
@@ -244,9 +274,7 @@ func (e *env) checkOptionalRegistration(t *testing.T, h *aclhost.Host, sc scenar
 	step("Registration optional: a 403 at start joins with a warning; the agent registers once ARM allows it")
 	cfg["agent"].(map[string]any)["requireMachineRegistration"] = false
 	writeConfig(t, h, cfg)
-	if !arm.Remove(id) {
-		t.Fatal("no Machine to remove")
-	}
+	arm.Remove(id) // gone already when AKS removed it before
 	arm.Inject(fakearm.Fault{Method: http.MethodPut, Kind: fakearm.KindMachine, Status: http.StatusForbidden, Code: "AuthorizationFailed", Message: "The client does not have authorization", Times: 1})
 	e.install(t, h)
 	e.start(t, h, sc, "optional")

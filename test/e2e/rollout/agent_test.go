@@ -6,17 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/Azure/aks-flex-node/internal/fleet"
@@ -116,6 +117,8 @@ func startAgent(t *testing.T, ctx context.Context, name string, h fleet.Host) {
 func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()) {
 	t.Helper()
 	cfg := asNode(a.NodeName)
+	sent := requestsOf(a.NodeName)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, new(atomic.Bool), sent} }
 	a.Connect = func() (fleet.Clients, error) {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -131,7 +134,7 @@ func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()
 		}
 		return fleet.Clients{Nodes: cs.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
 	}
-	a.SlotTTL, a.Retry = 10*time.Second, time.Second
+	a.SlotTTL, a.Retry, a.Spread = 10*time.Second, time.Second, 200*time.Millisecond
 	a.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", a.NodeName)
 	done := make(chan error, 1)
 	actx, cancel := context.WithCancel(ctx)
@@ -149,6 +152,14 @@ func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()
 	return stop
 }
 
+// agentRequests counts each agent's requests to the API server, by node.
+var agentRequests sync.Map // node -> *atomic.Int64
+
+func requestsOf(node string) *atomic.Int64 {
+	v, _ := agentRequests.LoadOrStore(node, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
@@ -156,123 +167,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
-}
-
-// phaseWatch follows the Nodes of one rollout through a watch and the
-// rollout's slots through the server, and keeps the peaks.
-type phaseWatch struct {
-	mu          sync.Mutex
-	phase       map[string]fleet.NodeRelease
-	updatingAt  map[string]time.Time // when each node first showed Updating
-	peakUpdate  int
-	peakSlots   int
-	slotHolders map[string]bool // every node that held a slot
-	holderIDs   map[string]bool // every holder identity seen
-	err         error
-}
-
-func watchRollout(t *testing.T, ctx context.Context, rollout string) *phaseWatch {
-	t.Helper()
-	pw := &phaseWatch{phase: map[string]fleet.NodeRelease{}, updatingAt: map[string]time.Time{}, slotHolders: map[string]bool{}, holderIDs: map[string]bool{}}
-	w, err := cp.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "e2e-rollout=" + rollout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for ev := range w.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			pw.sawNode(n)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for sleepCtx(ctx, 25*time.Millisecond) {
-			holders, err := listHolders(rollout)
-			if err != nil && ctx.Err() == nil {
-				pw.mu.Lock()
-				pw.err = err
-				pw.mu.Unlock()
-				return
-			}
-			pw.sawSlots(holders)
-		}
-	}()
-	t.Cleanup(func() { w.Stop(); wg.Wait() })
-	return pw
-}
-
-func (pw *phaseWatch) sawNode(n *corev1.Node) {
-	nr, ok, err := fleet.ReadNodeRelease(n)
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	if err != nil {
-		pw.err = err
-		return
-	}
-	if !ok {
-		return
-	}
-	pw.phase[n.Name] = nr
-	if _, seen := pw.updatingAt[n.Name]; nr.Phase == fleet.PhaseUpdating && !seen {
-		pw.updatingAt[n.Name] = time.Now()
-	}
-	updating := 0
-	for _, p := range pw.phase {
-		if p.Phase == fleet.PhaseUpdating {
-			updating++
-		}
-	}
-	pw.peakUpdate = max(pw.peakUpdate, updating)
-}
-
-func (pw *phaseWatch) sawSlots(holders map[string][]string) {
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	n := 0
-	for h, names := range holders {
-		n += len(names)
-		pw.holderIDs[h] = true
-		if hh, ok := fleet.ParseHolder(h); ok {
-			pw.slotHolders[hh.Node] = true
-		}
-	}
-	pw.peakSlots = max(pw.peakSlots, n)
-}
-
-// waitFor waits up to within for cond over the watched phases.
-func (pw *phaseWatch) waitFor(t *testing.T, within time.Duration, what string, cond func(map[string]fleet.NodeRelease) bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		pw.mu.Lock()
-		ok := cond(pw.phase)
-		snapshot := fmt.Sprint(pw.phase)
-		pw.mu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %v: %s", what, within, snapshot)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func allIn(names []string, p fleet.Phase) func(map[string]fleet.NodeRelease) bool {
-	return func(m map[string]fleet.NodeRelease) bool {
-		for _, n := range names {
-			if m[n].Phase != p {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // TestAgentsRollOutInWaves runs six real agents, each as its own Node,
@@ -291,6 +185,7 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 		names = append(names, name)
 	}
 	pw := watchRollout(t, ctx, rollout)
+	startCandidate(t, names[0]) // the elected status writer, as the agents run it
 	began := time.Now()
 	createRollout(t, rollout, 2, "1s")
 	for _, n := range names {
@@ -298,12 +193,21 @@ func TestAgentsRollOutInWaves(t *testing.T) {
 	}
 	pw.waitFor(t, 60*time.Second, "all Updated", allIn(names, fleet.PhaseUpdated))
 	t.Logf("6 nodes Updated %v after the rollout was created (maxUnavailable 2, switch 1 s, soak 1 s)", time.Since(began).Round(time.Millisecond))
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Complete", "fnr/"+rollout, "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Complete: %v: %s", err, out)
+	}
+	t.Logf("Complete %v after the rollout was created", time.Since(began).Round(time.Millisecond))
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.err != nil {
 		t.Fatal(pw.err)
 	}
 	t.Logf("peaks: %d Nodes Updating, %d slots held", pw.peakUpdate, pw.peakSlots)
+	var reqs []string
+	for _, n := range names {
+		reqs = append(reqs, fmt.Sprintf("%s %d", n, requestsOf(n).Load()))
+	}
+	t.Logf("requests per agent (list, watch, slot and condition writes) through Complete: %s", strings.Join(reqs, ", "))
 	if pw.peakUpdate > 2 || pw.peakSlots > 2 {
 		t.Errorf("more than 2 at once: %d Updating, %d slots held", pw.peakUpdate, pw.peakSlots)
 	}
@@ -335,6 +239,7 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 		labelledNode(t, rollout, n)
 	}
 	pw := watchRollout(t, ctx, rollout)
+	startCandidate(t, names[1])
 	createRollout(t, rollout, 2, "1s")
 	rolledBack := &fleet.StepError{Step: fleet.StepSwitch, Reason: "RolledBack", Err: errors.New("rolled back: machine kube2 did not become Ready")}
 	// The bad node stages first, so it is among the first two, and it
@@ -375,11 +280,20 @@ func TestFailedSwitchPausesTheRollout(t *testing.T) {
 	if len(late) > 0 {
 		t.Errorf("nodes started after %s failed: %v", names[0], late)
 	}
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Paused", "fnr/"+rollout, "--timeout=30s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Paused: %v: %s", err, out)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "get", "fnr", rollout, "-o", `jsonpath={.status.failedNodes[*].name} {.status.conditions[?(@.type=="Paused")].message}`); err != nil || !strings.Contains(string(out), names[0]) {
+		t.Errorf("the rollout's status does not name %s: %s %v", names[0], out, err)
+	}
 	slot := failedSlot(t, rollout, names[0])
 	// fleet resume: clear the failed slot, then set resumed-at.
 	bad.set(func(h *stubHost) { h.switchErr = nil })
 	resume(t, rollout, slot)
 	pw.waitFor(t, 60*time.Second, "all Updated after the resume", allIn(names, fleet.PhaseUpdated))
+	if out, err := cp.Kubectl(ctx, nil, "wait", "--for=condition=Complete", "fnr/"+rollout, "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Complete after the resume: %v: %s", err, out)
+	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.peakUpdate > 2 || pw.peakSlots > 2 {
