@@ -27,7 +27,7 @@ deps:
 # the others under a minute; the root module's integration 129 s):
 # - E2E_EARLY start at once, in the background, side by side: tokenrefresh
 #   watches a node for 6 minutes, mostly waiting, and join, repave and
-#   fleetrollout (four hosts through five rollouts, mostly waiting for
+#   fleetrollout (four hosts through four rollouts, mostly waiting for
 #   soaks, leases and Ready) each take longer than everything else that
 #   runs meanwhile;
 # - meanwhile the root module's tests, then the failpoints build's;
@@ -168,7 +168,8 @@ bench-fleet: deps
 # worker image with maxUnavailable 1, then one to a third worker image
 # with maxUnavailable 2 (10 s soak each): apply to Complete, per node the
 # staging time, the wait for a slot, the switch without the soak, the
-# NotReady and cordoned windows as a watch on the Nodes saw them, and the
+# NotReady window (the old machine's stop in the agent's journal to the new
+# kubelet's first Ready) and the cordoned window a watch on the Nodes saw, the
 # API server's requests per node (from its audit log, the agents' apart
 # from the kubelets'), during each rollout and in a minute idle before it.
 bench-rollout: deps
