@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).GitCommit=$(
 BIN := bin/aks-flex-node
 SCRIPTS := $(shell git ls-files '*.sh' 'scripts/*' 2>/dev/null) .ci/run
 
-.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet bench-fleet-sim deps clean
+.PHONY: all build test unit e2e lint fmt docs crds fuzz demo bench-join bench-image bench-artifacts bench-install bench-upgrade bench-token bench-repave bench-fleet bench-fleet-sim bench-rollout deps clean
 
 all: build
 
@@ -26,8 +26,10 @@ deps:
 # 505 s, tokenrefresh 426 s, day2 251 s, fleet 140 s, ignition 63 s,
 # the others under a minute; the root module's integration 129 s):
 # - E2E_EARLY start at once, in the background, side by side: tokenrefresh
-#   watches a node for 6 minutes, mostly waiting, and join and repave each
-#   take longer than everything else that runs meanwhile;
+#   watches a node for 6 minutes, mostly waiting, and join, repave and
+#   fleetrollout (four hosts through four rollouts, mostly waiting for
+#   soaks, leases and Ready) each take longer than everything else that
+#   runs meanwhile;
 # - meanwhile the root module's tests, then the failpoints build's;
 # - then the rest of test/e2e, E2E_LONGEST first, two at a time (go test
 #   starts packages in the order it is given them).
@@ -38,7 +40,7 @@ deps:
 # -timeout: on a cold cache test/fixtures builds the worker image and the
 # bundle (twice, to prove it reproducible) under the race detector, which
 # takes longer than go test's default 10 minutes.
-E2E_EARLY := tokenrefresh join repave
+E2E_EARLY := tokenrefresh join repave fleetrollout
 E2E_LONGEST := fleet ignition day2
 test: deps build
 	test/e2e/build-k8s.sh >/dev/null
@@ -68,9 +70,9 @@ unit:
 E2E_TIMEOUT ?= 45m
 e2e: deps
 	@if [ -z "$(PKG)" ] || [ ! -d "test/e2e/$(PKG)" ]; then \
-		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, fleetsim, rollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
+		echo "make e2e: PKG must name a package under test/e2e (join, repave, day2, fleet, fleetsim, rollout, fleetrollout, ignition, tokenrefresh, controlplane); RUN picks a test: make e2e PKG=join RUN='^TestJoin\$$/^acl\$$'" >&2; exit 2; fi
 	test/e2e/build-k8s.sh >/dev/null
-	@if [ "$(PKG)" = repave ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
+	@if [ "$(PKG)" = repave ] || [ "$(PKG)" = fleetrollout ]; then test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null; fi
 	cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v $(if $(value RUN),-run '$(value RUN)') ./$(PKG)/
 
 # gofmt every tracked Go file in place (make lint only reports).
@@ -175,6 +177,20 @@ bench-fleet-sim:
 	test/e2e/build-k8s.sh >/dev/null
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 AKS_FLEX_NODE_BENCH_FLEETSIM_N=$(N) AKS_FLEX_NODE_BENCH_FLEETSIM_MODES=$(FLEETSIM_MODES) AKS_FLEX_NODE_BENCH_FLEETSIM_REST=$(FLEETSIM_REST) \
 		$(GO) test -count=1 -timeout 6h -v -run '^TestFleetSimBench$$' ./fleetsim/ | grep -E 'BENCH|fleetsim:|^(--- )?FAIL|^ok'
+
+# Fleet rollout figures (issue 29): N = 3 ACL-like hosts joined at
+# Kubernetes 1.34.2 on one bridge; a FlexNodeRollout to 1.35.4 and another
+# worker image with maxUnavailable 1, then one to a third worker image
+# with maxUnavailable 2 (10 s soak each): apply to Complete, per node the
+# staging time, the wait for a slot, the switch without the soak, the
+# NotReady window (the old machine's stop in the agent's journal to the new
+# kubelet's first Ready) and the cordoned window a watch on the Nodes saw, the
+# API server's requests per node (from its audit log, the agents' apart
+# from the kubelets'), during each rollout and in a minute idle before it.
+bench-rollout: deps
+	test/e2e/build-k8s.sh >/dev/null
+	test/e2e/build-k8s.sh --module cmd-1.34 >/dev/null
+	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 $(GO) test -count=1 -timeout 45m -v -run '^TestRolloutBench$$' ./fleetrollout/ | grep -E 'BENCH|^(--- )?FAIL|^ok'
 
 # Worker image figures: `image build` of examples/worker-image/bookworm.json
 # from this machine's apt source with an empty and with a warm package

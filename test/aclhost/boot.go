@@ -356,6 +356,16 @@ func (h *Host) Stop() error {
 // machine's), so this tests the order of writes and renames, not fsync.
 // It must not run concurrently with other methods of h.
 func (h *Host) PowerCycle(ctx context.Context) error {
+	if err := h.PowerOff(); err != nil {
+		return err
+	}
+	return h.PowerOn(ctx)
+}
+
+// PowerOff is PowerCycle's power cut alone: the host stays off (its
+// disk kept) until PowerOn, so a test can watch the cluster while it is
+// gone. It must not run concurrently with other methods of h.
+func (h *Host) PowerOff() error {
 	select {
 	case <-h.stopped:
 		return fmt.Errorf("aclhost: host %s is stopped", h.name)
@@ -383,6 +393,11 @@ func (h *Host) PowerCycle(ctx context.Context) error {
 	}
 	h.exited = make(chan struct{})
 	h.leader, h.waitErr = 0, nil
+	return nil
+}
+
+// PowerOn boots the host PowerOff cut, from the same disk.
+func (h *Host) PowerOn(ctx context.Context) error {
 	start := time.Now()
 	if err := h.boot(ctx, h.opts); err != nil {
 		return fmt.Errorf("aclhost: reboot %s after a power cut: %w", h.name, err)

@@ -70,6 +70,9 @@ type Options struct {
 	// (--cluster-signing-duration): short, a test sees the kubelets renew
 	// their client certificates. Default one year.
 	SigningDuration time.Duration
+	// AuditPolicy, when set, is the kube-apiserver's audit policy; the
+	// log (JSON lines) is AuditLog: how a benchmark counts who asked what.
+	AuditPolicy []byte
 }
 
 // Timings records how long each stage of Start took.
@@ -105,6 +108,7 @@ type ControlPlane struct {
 	Client      *kubernetes.Clientset
 	WorkDir     string
 	LogsDir     string
+	AuditLog    string // the audit log's path, when Options.AuditPolicy is set
 	Timings     Timings
 
 	binDir   string
@@ -310,6 +314,11 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, opts *Options, pl *st
 		}
 		authn = []string{"--authentication-config=" + file}
 	}
+	audit, err := c.auditArgs(opts)
+	if err != nil {
+		return err
+	}
+	authn = append(authn, audit...)
 	apiserver, err := c.run(opts, "kube-apiserver", append(authn,
 		"--etcd-servers="+pl.etcdURL(),
 		"--bind-address="+opts.BindAddress,
