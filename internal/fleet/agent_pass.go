@@ -32,6 +32,7 @@ func (a *Agent) pass(ctx context.Context, fired bool) time.Duration {
 			return 0 // its Node is not registered yet: its add is a change
 		}
 		r, others := Select(a.cache.allRollouts(), n)
+		a.noteConditionLost(n)
 		if a.rec.Unreported || a.rec.SlotAction != "" { // issue 30 item 8: tell what happened first (agent_pending.go)
 			if err := a.settle(ctx, r, n); err != nil {
 				a.log().Warn("rollout: the API server does not take the node's report yet; trying again", "error", err)

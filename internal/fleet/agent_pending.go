@@ -142,3 +142,21 @@ func unreachable(err error) bool {
 	return errors.As(err, &ne) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
 		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err)
 }
+
+// noteConditionLost marks the Record unreported when its Node carries no
+// FlexNodeRelease condition while the Record has a phase to show: the
+// Node was deleted and registered again by the kubelet (a new object,
+// without the conditions the old one had). Without this the node's
+// phase (a Failed after its slot was lost with its Node, say) would never
+// reach the rollout's status, which would then stall: neither Complete
+// nor Paused. The e2e saw it (fleetrollout, a Node deleted mid-switch).
+func (a *Agent) noteConditionLost(n *corev1.Node) {
+	if a.rec.Phase == "" || a.rec.Unreported {
+		return
+	}
+	if _, ok, _ := ReadNodeRelease(n); ok {
+		return
+	}
+	a.rec.Unreported = true
+	a.log().Info("rollout: the Node carries no report of this node's phase (it was registered again); reporting it anew", "phase", a.rec.Phase, "step", a.rec.Step)
+}

@@ -326,3 +326,28 @@ func TestSwitchBackWaitsForABusyNode(t *testing.T) {
 		t.Errorf("the Node shows %s", got)
 	}
 }
+
+// A Node deleted and registered again by its kubelet has none of the old
+// object's conditions: a node whose Record has a phase reports it anew,
+// or the rollout would never see it (neither Complete nor Paused).
+func TestAReRegisteredNodeGetsItsPhaseReportedAnew(t *testing.T) {
+	a := &Agent{NodeName: "n1"}
+	a.rec = Record{Rollout: "r", Generation: 2, Phase: PhaseFailed, Step: StepSwitch, Reason: "SlotLost"}
+	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "new"}}
+	a.noteConditionLost(bare)
+	if !a.rec.Unreported {
+		t.Fatal("a Node without the condition: the Record's Failed is not reported anew")
+	}
+	a.rec.Unreported = false
+	reported := bare.DeepCopy()
+	SetNodeRelease(reported, NodeRelease{Rollout: "r", Generation: 2, Phase: PhaseFailed, Step: StepSwitch, Reason: "SlotLost"}, time.Now())
+	a.noteConditionLost(reported)
+	if a.rec.Unreported {
+		t.Error("a Node that shows the phase is reported again")
+	}
+	a.rec = Record{}
+	a.noteConditionLost(bare)
+	if a.rec.Unreported {
+		t.Error("a node that was never in a rollout reports a phase")
+	}
+}

@@ -214,8 +214,9 @@ func (e *env) statusWriterSlot(ctx context.Context) (*v1alpha1.FlexNodeSlot, err
 // node to hold a slot has its Node deleted: the slot is free at once (its
 // holder's Node is gone) and another node takes it well before the lease
 // would expire. Then, while the rollout goes on, the status writer is
-// killed (writerKilled); the rollout completes on B for the nodes left,
-// and the status the new writer wrote is true.
+// killed (writerKilled); the rollout completes on B (after a resume when
+// the deleted node failed: completeOrResume), and the status the new
+// writer wrote is true.
 func (e *env) nodeDeletedThenWriterKilled(t *testing.T) {
 	e.deleteRollout(t, "to-d")
 	e.apply(t, rollout("to-e", e.rel.release("b"), 1, soak))
@@ -245,7 +246,7 @@ func (e *env) nodeDeletedThenWriterKilled(t *testing.T) {
 	})
 	t.Logf("BENCH rollout-e2e deleted-node-slot-taken-over=%v", time.Since(deletedAt).Round(time.Millisecond))
 	e.writerKilled(t, "to-e")
-	e.waitComplete(t, "to-e", 15*time.Minute)
+	e.completeOrResume(t, "to-e", first, 15*time.Minute)
 	ro := e.get(t, "to-e")
 	// The deleted Node is back under a new UID when its kubelet
 	// registered it again (what this kubelet does, within seconds), else
@@ -258,4 +259,40 @@ func (e *env) nodeDeletedThenWriterKilled(t *testing.T) {
 			e.checkHostOn(t, m, "b", "kube1")
 		}
 	}
+}
+
+// completeOrResume waits for rollout name to be Complete. A node whose
+// Node was deleted mid-switch lost its slot with it: it reports Failed
+// (SlotLost, or its rollback's failure) on the Node its kubelet
+// registered again, and the rollout pauses naming it, as for any
+// failure; the operator's `fleet resume` lets it try again, once. When
+// the deletion fell outside the switch the rollout completes by itself.
+func (e *env) completeOrResume(t *testing.T, name, node string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	resumed := false
+	e.waitFor(t, "rollout "+name+" Complete, or Paused naming "+node+" and resumed", timeout, func(ctx context.Context) error {
+		ro, err := e.rollouts.Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		if c := condition(ro, v1alpha1.ConditionComplete); c != nil && c.Status == "True" && ro.Status.ObservedGeneration == ro.Generation {
+			return nil
+		}
+		if c := condition(ro, v1alpha1.ConditionPaused); !resumed && c != nil && c.Status == "True" {
+			for _, f := range ro.Status.FailedNodes {
+				if f.Name != node {
+					continue
+				}
+				out, err := e.fleetCLI(ctx, "resume", name)
+				if err != nil {
+					return fmt.Errorf("fleet resume %s: %v\n%s", name, err, out)
+				}
+				t.Logf("%s failed after its Node was deleted (step %s, %s: %s); fleet resume %s:\n%s", node, f.Step, f.Reason, f.Message, name, out)
+				resumed = true
+			}
+		}
+		return fmt.Errorf("not Complete: %+v", ro.Status)
+	})
+	e.waitComplete(t, name, time.Until(deadline)+time.Minute)
 }
