@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 	"github.com/Azure/aks-flex-node/internal/metrics"
@@ -69,7 +70,12 @@ func (w *RolloutStatusWriter) Term(ctx context.Context) error {
 	}
 	hc := w.HTTPClient
 	if hc == nil {
-		if hc, err = rest.HTTPClientFor(cfg); err != nil {
+		// The product's user agent goes in the transport: a REST client
+		// given an HTTP client does not add its config's to each request
+		// (the audit log showed the writer as Go-http-client).
+		c := rest.CopyConfig(cfg)
+		c.UserAgent = buildinfo.UserAgent()
+		if hc, err = rest.HTTPClientFor(c); err != nil {
 			return err
 		}
 	}

@@ -118,6 +118,11 @@ func TestWriteRolloutStatusWaitsOnAClusterWithoutTheFleet(t *testing.T) {
 			mu.Lock()
 			lists++
 			mu.Unlock()
+			// The audit log and API priority and fairness tell the
+			// agents by it.
+			if ua := r.Header.Get("User-Agent"); !strings.HasPrefix(ua, "aks-flex-node/") {
+				t.Errorf("User-Agent %q, want aks-flex-node/<version>", ua)
+			}
 			reason := map[int]string{403: "Forbidden", 404: "NotFound"}[code]
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(code)
