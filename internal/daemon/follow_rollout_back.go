@@ -55,15 +55,7 @@ func (h *rolloutHost) SwitchBack(ctx context.Context, drainTimeout time.Duration
 	if _, err := r.Run(ctx, pf); err != nil {
 		return switchBackError(err, obs.last())
 	}
-	b, err := h.takeBaseline(ctx)
-	if err != nil {
-		h.log.Warn(followRolloutLoop+": note the units' restarts after the switch back; the first soak probe does", "error", err)
-		return nil
-	}
-	b.pods = pods
-	h.mu.Lock()
-	h.baseline = b
-	h.mu.Unlock()
+	h.noteBaseline(ctx, pods, "switch back")
 	return nil
 }
 

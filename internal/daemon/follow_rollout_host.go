@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/fleet"
@@ -190,16 +192,24 @@ func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTim
 	if _, err := r.Run(ctx, pf); err != nil {
 		return switchError(err, obs.last())
 	}
+	h.noteBaseline(ctx, pods, "switch")
+	return nil
+}
+
+// noteBaseline keeps what the soak compares with once a switch (or a
+// switch back: what) is done: the units' restart counts now and pods, the
+// DaemonSet pods the node ran before its drain. Without it the first
+// soak probe takes the counts.
+func (h *rolloutHost) noteBaseline(ctx context.Context, pods map[types.UID]string, what string) {
 	b, err := h.takeBaseline(ctx)
 	if err != nil {
-		h.log.Warn(followRolloutLoop+": note the units' restarts after the switch; the first soak probe does", "error", err)
-		return nil
+		h.log.Warn(followRolloutLoop+": note the units' restarts after the "+what+"; the first soak probe does", "error", err)
+		return
 	}
 	b.pods = pods
 	h.mu.Lock()
 	h.baseline = b
 	h.mu.Unlock()
-	return nil
 }
 
 // phaseObserver tells the agent the repave's drain and switch phases as

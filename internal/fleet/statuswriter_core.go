@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/Azure/aks-flex-node/internal/buildinfo"
 )
 
 // coreCodecs is core/v1 alone, made on first use, for the status
@@ -39,19 +37,8 @@ type coreClient struct {
 }
 
 func newCoreClient(c *rest.Config, hc *http.Client) (*coreClient, error) {
-	cfg := *c
 	cf, pc := coreCodecs()
-	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.APIPath = "/api"
-	cfg.NegotiatedSerializer = cf.WithoutConversion()
-	cfg.UserAgent = buildinfo.UserAgent()
-	var rc *rest.RESTClient
-	var err error
-	if hc != nil {
-		rc, err = rest.RESTClientForConfigAndClient(&cfg, hc)
-	} else {
-		rc, err = rest.RESTClientFor(&cfg)
-	}
+	rc, err := restClientOf(c, hc, corev1.SchemeGroupVersion, "/api", cf)
 	if err != nil {
 		return nil, fmt.Errorf("core client: %w", err)
 	}

@@ -48,10 +48,18 @@ var codecs = sync.OnceValues(func() (serializer.CodecFactory, runtime.ParameterC
 
 // restClient is a REST client of group version gv on the server c names.
 func restClient(c *rest.Config, hc *http.Client, gv schema.GroupVersion) (*rest.RESTClient, runtime.ParameterCodec, error) {
-	cfg := *c
 	cf, pc := codecs()
+	rc, err := restClientOf(c, hc, gv, "/apis", cf)
+	return rc, pc, err
+}
+
+// restClientOf is a REST client of gv under apiPath ("/api" for the core
+// group) with the codecs cf, on the server c names; hc is the HTTP client
+// to share (nil: one made for c).
+func restClientOf(c *rest.Config, hc *http.Client, gv schema.GroupVersion, apiPath string, cf serializer.CodecFactory) (*rest.RESTClient, error) {
+	cfg := *c
 	cfg.GroupVersion = &gv
-	cfg.APIPath = "/apis"
+	cfg.APIPath = apiPath
 	cfg.NegotiatedSerializer = cf.WithoutConversion()
 	// The product's user agent on every request, as kubeclient sends it:
 	// API priority and fairness and the audit log tell the agents by it.
@@ -63,5 +71,5 @@ func restClient(c *rest.Config, hc *http.Client, gv schema.GroupVersion) (*rest.
 	} else {
 		rc, err = rest.RESTClientFor(&cfg)
 	}
-	return rc, pc, err
+	return rc, err
 }
