@@ -139,7 +139,7 @@ func (n *simNode) heartbeat(ctx context.Context, cs kubernetes.Interface, status
 func imagesPatch() []byte {
 	var imgs []string
 	for i := range 30 {
-		repo := fmt.Sprintf("mcr.microsoft.com/oss/kubernetes/component-%02d", i)
+		repo := fmt.Sprintf("registry.example/oss/kubernetes/component-%02d", i)
 		imgs = append(imgs, fmt.Sprintf(`{"names":["%s@sha256:%064x","%s:v1.35.%d"],"sizeBytes":%d}`, repo, i+1, repo, i, 10_000_000+i*1_234_567))
 	}
 	return []byte(`{"status":{"images":[` + strings.Join(imgs, ",") + `]}}`)
