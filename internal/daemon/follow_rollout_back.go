@@ -27,13 +27,7 @@ func (h *rolloutHost) SwitchBack(ctx context.Context, drainTimeout time.Duration
 	if done, err := h.backAlready(ctx); err != nil || done {
 		return err
 	}
-	pods, err := h.daemonSetPods(ctx)
-	if err != nil {
-		h.log.Warn(followRolloutLoop+": note the node's DaemonSet pods before the drain; the soak will not wait for them", "error", err)
-	}
-	h.mu.Lock()
-	h.baseline = nil
-	h.mu.Unlock()
+	pods := h.beforeSwitch(ctx)
 	c, err := h.current()
 	if err != nil {
 		return err

@@ -172,13 +172,7 @@ func (h *rolloutHost) Stage(ctx context.Context, rel v1alpha1.Release) error {
 // rollback. The repave never uncordons a Node that was cordoned before
 // it. The pods the soak waits for are noted before the drain.
 func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTimeout time.Duration) error {
-	pods, err := h.daemonSetPods(ctx)
-	if err != nil {
-		h.log.Warn(followRolloutLoop+": note the node's DaemonSet pods before the drain; the soak will not wait for them", "error", err)
-	}
-	h.mu.Lock()
-	h.baseline = nil
-	h.mu.Unlock()
+	pods := h.beforeSwitch(ctx)
 	c, err := h.goal(rel)
 	if err != nil {
 		return err
@@ -194,6 +188,20 @@ func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTim
 	}
 	h.noteBaseline(ctx, pods, "switch")
 	return nil
+}
+
+// beforeSwitch forgets the last soak's baseline and notes the DaemonSet
+// pods the node runs before its drain, which the soak waits to see back
+// (nil when they cannot be read: the soak then does not wait for them).
+func (h *rolloutHost) beforeSwitch(ctx context.Context) map[types.UID]string {
+	pods, err := h.daemonSetPods(ctx)
+	if err != nil {
+		h.log.Warn(followRolloutLoop+": note the node's DaemonSet pods before the drain; the soak will not wait for them", "error", err)
+	}
+	h.mu.Lock()
+	h.baseline = nil
+	h.mu.Unlock()
+	return pods
 }
 
 // noteBaseline keeps what the soak compares with once a switch (or a
