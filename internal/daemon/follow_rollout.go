@@ -30,6 +30,10 @@ type RolloutFollower struct {
 	Keeper *MachineKeeper
 	// Config is the config the agent loaded.
 	Config *config.Config
+	// Nodes is the process's Node informer, which the rollout agent
+	// reads (started here with the loop's context unless another loop
+	// did).
+	Nodes  *NodeInformer
 	Events *events.Recorder
 	// Evidence gathers a failed node's evidence (issue 30,
 	// follow_rollout_evidence.go).
@@ -47,6 +51,9 @@ func FollowRollout(f *RolloutFollower) Loop {
 // joined and the cluster serves the rollouts to this node.
 func (f *RolloutFollower) Follow(ctx context.Context) error {
 	k := f.Keeper
+	if f.Nodes == nil {
+		return fmt.Errorf("%s: no Node informer (RolloutFollower.Nodes)", followRolloutLoop)
+	}
 	if joined, err := k.joined(); err != nil || !joined {
 		return err
 	}
@@ -74,6 +81,7 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 		return fmt.Errorf("%s: list the rollouts: %w", followRolloutLoop, err)
 	}
 	f.noFleet.present()
+	f.Nodes.Start(ctx)
 	// A node that follows an AKS Machine (in ARM, or through the
 	// cluster) is AKS's to disrupt: it never takes a slot.
 	managed := f.Config.HasMachine()
@@ -83,6 +91,7 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName,
 			evidence: f.Evidence}, // issue 30
 		Connect:          connect,
+		Nodes:            f.Nodes,
 		RecordPath:       k.Layout.OnRoot(k.Layout.RolloutRecord()),
 		ManagedElsewhere: managed,
 		Events:           f.Events,

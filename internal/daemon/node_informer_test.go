@@ -60,7 +60,7 @@ func TestLoopsShareOneNodeInformer(t *testing.T) {
 
 // The informer keeps the node's own Node whole but for its managed fields
 // and images (the loops read its taints, labels, conditions), and of the
-// others only what the routes read.
+// others only what the loops read (no taint, no kubelet condition).
 func TestNodeInformerTransform(t *testing.T) {
 	i := NewNodeInformer(nil, "self")
 	n := flexNode("self", "192.168.50.10", "10.244.0.0/24")
@@ -83,7 +83,7 @@ func TestNodeInformerTransform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := nodeJSON(got.(*corev1.Node)); strings.Contains(s, "pool") || strings.Contains(s, DeletingTaint) {
+	if s := nodeJSON(got.(*corev1.Node)); !strings.Contains(s, "pool") || strings.Contains(s, DeletingTaint) || strings.Contains(s, "Ready") {
 		t.Errorf("another Node kept as %s", s)
 	}
 }

@@ -117,8 +117,9 @@ func (f *Fleet) startAgents(ctx context.Context) error {
 		// The rollout's coordination runs in either mode: it did not
 		// exist before the informer, and is measured alike.
 		ra := f.rolloutAgent(n, f.opts.Dir)
-		go func() {
+		runRollout := func() {
 			if !f.opts.NoRollout && sleep(ctx, delay) {
+				ra.Nodes.(*daemon.NodeInformer).Start(ctx)
 				for ctx.Err() == nil {
 					if err := ra.Run(ctx); err != nil && ctx.Err() == nil {
 						f.opts.Logf("fleetsim: %s: rollout agent: %v (again in 5 s)", n.name, err)
@@ -126,8 +127,9 @@ func (f *Fleet) startAgents(ctx context.Context) error {
 					}
 				}
 			}
-		}()
+		}
 		if f.opts.Legacy {
+			go runRollout()
 			a := newLegacyAgent(n, f.meter)
 			f.agents = append(f.agents, a)
 			go func() {
@@ -143,6 +145,8 @@ func (f *Fleet) startAgents(ctx context.Context) error {
 		}
 		f.sims[i] = a
 		f.agents = append(f.agents, a)
+		ra.Nodes = a.nodes // the process's one Node informer
+		go runRollout()
 		go func() {
 			if sleep(ctx, delay) {
 				_ = d.Run(ctx)
