@@ -69,8 +69,12 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", followRolloutLoop, err)
 	}
+	// Whether the cluster serves the rollouts to this node, asked of the
+	// API server's watch cache (resourceVersion 0, as the agent's
+	// informer lists them next), never of etcd: a fleet restarting at
+	// once must not cost etcd a read per agent.
 	lctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
-	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{Limit: 1})
+	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{ResourceVersion: "0"})
 	cancel()
 	if notServed(err) {
 		wait := f.noFleet.absent(time.Now())
@@ -88,7 +92,7 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	agent := &fleet.Agent{
 		NodeName: a.NodeName,
 		Host: &rolloutHost{layout: k.Layout, config: f.Config, log: k.Log, control: k.Control,
-			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName,
+			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName, nodes: f.Nodes,
 			evidence: f.Evidence}, // issue 30
 		Connect:          connect,
 		Nodes:            f.Nodes,
