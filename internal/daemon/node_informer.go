@@ -36,8 +36,9 @@ import (
 // re-listed; the informer lists again only when a watch's version has
 // expired (410) or after an error, with the reflector's jittered
 // exponential backoff (0.8 s doubling to 30 s). Each Node is kept only as
-// far as the loops read it (nodeInformerTransform): the others' routing
-// fields, and the agent's own Node nearly whole.
+// far as the loops read it (transform): the agent's own Node nearly
+// whole, the others' name, UID, routing fields, labels and
+// FlexNodeRelease condition (peerNode).
 type NodeInformer struct {
 	client func() (kubeclient.Interface, error)
 	self   string

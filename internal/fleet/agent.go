@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -78,12 +77,13 @@ func Progress(ctx context.Context, step string) {
 	}
 }
 
-// NodeClient is the Nodes as the node's credential reaches them:
-// kubeclient's Nodes and client-go's typed client both are one.
+// NodeClient is the Nodes as the node's credential reaches them, for
+// what the agent writes (its condition, its evidence) and the one read
+// the informer cannot answer (a slot holder's Node it does not hold):
+// kubeclient's Nodes and client-go's typed client both are one. The
+// agent reads every other Node from Agent.Nodes.
 type NodeClient interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
-	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Node, error)
 }
 
