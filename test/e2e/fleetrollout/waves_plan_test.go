@@ -29,6 +29,7 @@ const bundlesDir = "/var/lib/aks-flex-node/bundles"
 func (w *waves) plan(t *testing.T) {
 	bad := w.hosts[1]
 	w.shrinkBundles(t, bad)
+	w.waitFollowing(t)
 	nw := watchNodes(t, w.cp.Client)
 	ro := rollout(wavesRollout, w.rel.release("b"), 1, soak)
 	half := intstr.FromString("50%")
@@ -131,4 +132,26 @@ func (w *waves) fixBundles(t *testing.T, m *host) {
 	if _, stderr, err := m.h.Shell(ctx, "! mountpoint -q "+bundlesDir+" || umount "+bundlesDir); err != nil {
 		t.Errorf("%s: unmount the small filesystem on %s: %v\n%s", m.name, bundlesDir, err, stderr)
 	}
+}
+
+// followingLine is the agent's journal line once it follows the
+// rollouts (fleet.Agent.Run).
+const followingLine = "rollout: following the FlexNodeRollouts that select this Node"
+
+// waitFollowing waits for every host's agent to follow the rollouts, so
+// that the plan's time is the plan's: a node that has just joined
+// starts following at its agent's next pass (the reconcile interval,
+// 1m, after the join), which is no part of planning.
+func (w *waves) waitFollowing(t *testing.T) {
+	began := time.Now()
+	for _, m := range w.hosts {
+		w.waitFor(t, m.name+"'s agent following the rollouts", 3*time.Minute, func(ctx context.Context) error {
+			j, _, err := m.h.Run(ctx, "journalctl", "--no-pager", "-u", "aks-flex-node-agent", "-o", "cat")
+			if err == nil && !strings.Contains(j, followingLine) {
+				err = fmt.Errorf("no %q in its journal yet", followingLine)
+			}
+			return err
+		})
+	}
+	t.Logf("every agent follows the rollouts (waited %v after the join)", time.Since(began).Round(time.Second))
 }
