@@ -54,11 +54,8 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	if f.Nodes == nil {
 		return fmt.Errorf("%s: no Node informer (RolloutFollower.Nodes)", followRolloutLoop)
 	}
-	if joined, err := k.joined(); err != nil || !joined {
-		return err
-	}
-	a, err := state.Open(k.Layout).Applied()
-	if err != nil || a == nil || a.NodeName == "" {
+	nodeName, err := f.joinedNode(ctx)
+	if err != nil || nodeName == "" {
 		return err
 	}
 	if !f.noFleet.due(time.Now()) {
@@ -90,9 +87,9 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	// cluster) is AKS's to disrupt: it never takes a slot.
 	managed := f.Config.HasMachine()
 	agent := &fleet.Agent{
-		NodeName: a.NodeName,
+		NodeName: nodeName,
 		Host: &rolloutHost{layout: k.Layout, config: f.Config, log: k.Log, control: k.Control,
-			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName, nodes: f.Nodes,
+			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: nodeName, nodes: f.Nodes,
 			evidence: f.Evidence}, // issue 30
 		Connect:          connect,
 		Nodes:            f.Nodes,
@@ -107,6 +104,40 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", followRolloutLoop, err)
+}
+
+// joinPoll is how often a follower on a host that has not joined yet
+// looks for the join (a stat and a read of local state, no request): a
+// rollout applied just after a join must not wait for the loop's next
+// interval (a minute) before this node follows it.
+const joinPoll = 2 * time.Second
+
+// joinedNode waits until the host has joined and returns its node's name;
+// "" with a nil error when ctx ends first.
+func (f *RolloutFollower) joinedNode(ctx context.Context) (string, error) {
+	k := f.Keeper
+	tick := time.NewTicker(joinPoll)
+	defer tick.Stop()
+	for {
+		joined, err := k.joined()
+		if err != nil {
+			return "", err
+		}
+		if joined {
+			a, err := state.Open(k.Layout).Applied()
+			if err != nil {
+				return "", err
+			}
+			if a != nil && a.NodeName != "" {
+				return a.NodeName, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil
+		case <-tick.C:
+		}
+	}
 }
 
 // rolloutClients makes the agent's clients with the node's credential
