@@ -54,6 +54,8 @@ func TestStageReasons(t *testing.T) {
 		{errors.New("GET https://127.0.0.1:5000/v2/w/manifests/sha256:00: MANIFEST_UNKNOWN: manifest unknown"), "ImageNotFound"},
 		{fmt.Errorf("pull: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), "RegistryUnreachable"},
 		{&lifecycle.RefusedError{Failed: []preflight.CheckResult{{Name: "worker-image", Message: "not for this platform"}}}, "PreflightRefused"},
+		{&lifecycle.RefusedError{Failed: []preflight.CheckResult{{Name: "staging-space", Message: "the bundle does not fit"}}}, "DiskFull"},
+		{&lifecycle.RefusedError{Failed: []preflight.CheckResult{{Name: "version-skew", Message: "newer"}, {Name: "disk-space", Message: "1.0 GiB free"}}}, "DiskFull"},
 		{errors.New("something else"), "StageFailed"},
 	} {
 		var se *fleet.StepError

@@ -23,9 +23,10 @@ const bundlesDir = "/var/lib/aks-flex-node/bundles"
 // plan: `fleet plan -f rollout.yaml` of release B (maxUnavailable 50%),
 // while one host's bundles dir is a filesystem that holds what it
 // staged before (release A's bundle) and 8 MiB more: B's bundle does not
-// fit. That host's verdict is Failed at stage, DiskFull, naming the
-// error; the other three report Staged; the rollout's status and `fleet
-// status` say so; no Node is cordoned or NotReady and no slot is taken.
+// fit. That host's verdict is Failed at stage, DiskFull, from the
+// staging-space check before any pull; the other three report Staged;
+// the rollout's status and `fleet status` say so; no Node is cordoned or
+// NotReady and no slot is taken.
 func (w *waves) plan(t *testing.T) {
 	bad := w.hosts[1]
 	w.shrinkBundles(t, bad)
@@ -60,9 +61,11 @@ func (w *waves) plan(t *testing.T) {
 	r, err := w.release(w.ctx, bad.name)
 	must(t, err)
 	t.Logf("%s: %s: %s", bad.name, r, r.Message)
+	// The staging-space check says so from the bundle's manifests, before
+	// a byte of it is pulled.
 	if r.Rollout != wavesRollout || r.Generation != gen || r.Phase != fleet.PhaseFailed || r.Step != fleet.StepStage || r.Reason != "DiskFull" ||
-		!strings.Contains(strings.ToLower(r.Message), "no space left on device") {
-		t.Errorf("%s: verdict %+v; want Failed at stage, DiskFull, naming the full disk", bad.name, r)
+		!strings.Contains(r.Message, "staging-space") || !strings.Contains(r.Message, "does not fit") {
+		t.Errorf("%s: verdict %+v; want Failed at stage, DiskFull, the staging-space check saying the bundle does not fit", bad.name, r)
 	}
 	for _, m := range w.hosts {
 		if r, err := w.release(w.ctx, m.name); m != bad && (err != nil || r.Rollout != wavesRollout || r.Generation != gen || r.Phase != fleet.PhaseStaged) {
