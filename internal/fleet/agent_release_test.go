@@ -219,3 +219,21 @@ func TestAgentReleaseUpgradeFailure(t *testing.T) {
 		t.Errorf("the Node shows %+v", got)
 	}
 }
+
+// A fleet rollback switches machines back and keeps the agent binary: a
+// release of the agent alone has nothing to switch back (RolledBack,
+// NotSwitched), whatever agent the node runs.
+func TestRollbackKeepsTheAgent(t *testing.T) {
+	a, h, api, r, n := agentRelease(t, false)
+	h.agent = newAgentSHA
+	r.Spec.Rollback = &v1alpha1.RollbackRequest{Reason: "e2e"}
+	if _, _, err := a.rollback(t.Context(), r, n); err != nil {
+		t.Fatal(err)
+	}
+	if got := api.condition(t); got.Phase != PhaseRolledBack || got.Reason != ReasonNotSwitched {
+		t.Errorf("the Node shows %+v, want RolledBack (NotSwitched)", got)
+	}
+	if h.switches.Load() != 0 || h.upgrades.Load() != 0 {
+		t.Error("the rollback of an agent release moved the node or its agent")
+	}
+}

@@ -101,6 +101,7 @@ func (e *env) fleetAgentRelease(t *testing.T) {
 	})
 	failedAt := time.Now()
 	nr := e.release(t)
+	t.Logf("the failure on the Node: %s: %s", nr, nr.Message)
 	if nr.Step != fleet.StepAgent || nr.Reason != fleet.ReasonAgentRolledBack || !strings.Contains(nr.Message, "rolled-back") {
 		t.Errorf("the broken agent's failure: %s", nr)
 	}
