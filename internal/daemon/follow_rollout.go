@@ -36,6 +36,9 @@ type RolloutFollower struct {
 	Evidence Evidence
 
 	noFleet noFleet
+	// versionSent: this process put its version on the Node
+	// (follow_rollout_agent.go).
+	versionSent bool
 }
 
 // FollowRollout is the loop; it needs the API server.
@@ -74,6 +77,7 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 		return fmt.Errorf("%s: list the rollouts: %w", followRolloutLoop, err)
 	}
 	f.noFleet.present()
+	f.announceAgentVersion(ctx, cl.Nodes, a.NodeName)
 	// A node that follows an AKS Machine (in ARM, or through the
 	// cluster) is AKS's to disrupt: it never takes a slot.
 	managed := f.Config.HasMachine()

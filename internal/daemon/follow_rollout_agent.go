@@ -7,9 +7,14 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/Azure/aks-flex-node/internal/agentupgrade"
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
 	"github.com/Azure/aks-flex-node/internal/systemd"
@@ -110,4 +115,24 @@ func (h *rolloutHost) AgentRolledBack(since time.Time) (string, bool, error) {
 	}
 	return fmt.Sprintf("%s by %s at %s: %s -> %s: %s (journalctl -u %s)", res.Result, res.By, res.Time,
 		res.FromVersion, res.ToVersion, res.Reason, layout.RecoveryUnit), true, nil
+}
+
+// announceAgentVersion puts this agent's version on its Node
+// (fleet.AgentVersionAnnotation), once per process: one write per agent
+// start, so fleet status shows each node's agent.
+func (f *RolloutFollower) announceAgentVersion(ctx context.Context, nodes fleet.NodeClient, name string) {
+	if f.versionSent {
+		return
+	}
+	patch, err := fleet.AgentVersionPatch(buildinfo.Version)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
+		_, err = nodes.Patch(pctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		cancel()
+	}
+	if err != nil {
+		f.Keeper.Log.Warn(followRolloutLoop+": put the agent's version on the Node; trying again at the next pass", "error", err)
+		return
+	}
+	f.versionSent = true
 }

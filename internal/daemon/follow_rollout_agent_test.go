@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,7 +15,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/Azure/aks-flex-node/internal/agentupgrade"
+	"github.com/Azure/aks-flex-node/internal/buildinfo"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -94,5 +101,33 @@ func TestRolloutHostAgentRolledBack(t *testing.T) {
 	// Without the host's systemd the upgrade is refused before it changes anything.
 	if err := h.UpgradeAgent(context.Background(), v1alpha1.Release{Agent: &v1alpha1.AgentRelease{URL: "https://x/a", SHA256: strings.Repeat("2", 64)}}); err == nil {
 		t.Error("upgraded the agent on a temp root")
+	}
+}
+
+// patchNodes is a fleet.NodeClient that records the patches of the Node.
+type patchNodes struct {
+	fleet.NodeClient
+	patches []string
+	err     error
+}
+
+func (p *patchNodes) Patch(_ context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions, sub ...string) (*corev1.Node, error) {
+	p.patches = append(p.patches, fmt.Sprintf("%s %s %s %v", name, pt, data, sub))
+	return &corev1.Node{}, p.err
+}
+
+// The agent puts its version on its Node once per process (a merge
+// patch of the Node's annotations, not its status), again after a
+// failure.
+func TestAnnounceAgentVersion(t *testing.T) {
+	f := &RolloutFollower{Keeper: &MachineKeeper{Log: slog.New(slog.DiscardHandler)}}
+	p := &patchNodes{err: errors.New("connection refused")}
+	f.announceAgentVersion(t.Context(), p, "n1")
+	p.err = nil
+	f.announceAgentVersion(t.Context(), p, "n1")
+	f.announceAgentVersion(t.Context(), p, "n1")
+	want := `n1 application/merge-patch+json {"metadata":{"annotations":{"` + fleet.AgentVersionAnnotation + `":"` + buildinfo.Version + `"}}} []`
+	if len(p.patches) != 2 || p.patches[1] != want {
+		t.Errorf("patches %q, want two (one failed), the last %q", p.patches, want)
 	}
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -96,4 +97,16 @@ func (a *Agent) agentStep(ctx context.Context, r *v1alpha1.FlexNodeRollout, from
 		err = errors.New("the agent service was not restarted on the new agent")
 	}
 	return &StepError{Step: StepAgent, Reason: ReasonAgentUpgradeFailed, Err: err}
+}
+
+// AgentVersionAnnotation is on each Node whose agent follows rollouts:
+// the version of that agent, written by the agent once per start, so
+// `fleet status` shows which agent each node runs (a release's agent
+// binary moves it).
+const AgentVersionAnnotation = "flexnode.azure.com/agent-version"
+
+// AgentVersionPatch is the merge patch of a Node that sets
+// AgentVersionAnnotation to version.
+func AgentVersionPatch(version string) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AgentVersionAnnotation: version}}})
 }

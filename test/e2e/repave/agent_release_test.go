@@ -81,6 +81,12 @@ func (e *env) fleetAgentRelease(t *testing.T) {
 		t.Errorf("current names a binary of sha256 %s, want the release's %s", got, sum(next))
 	}
 	e.checkSlotsOf(t, "agent-next", "")
+	// The new agent put its version on its Node (fleet status's AGENT).
+	if err := wait.PollUntilContextTimeout(e.ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		return e.node(t).Annotations[fleet.AgentVersionAnnotation] == releaseAgentVersion, nil
+	}); err != nil {
+		t.Errorf("the Node's %s: %q, want %s", fleet.AgentVersionAnnotation, e.node(t).Annotations[fleet.AgentVersionAnnotation], releaseAgentVersion)
+	}
 	if n := e.node(t); n.UID != uid || n.Spec.Unschedulable {
 		t.Errorf("the Node after an agent-only release: uid %s (was %s), unschedulable %v", n.UID, uid, n.Spec.Unschedulable)
 	}
