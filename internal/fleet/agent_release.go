@@ -82,7 +82,7 @@ func (a *Agent) agentStep(ctx context.Context, r *v1alpha1.FlexNodeRollout, from
 		}
 		if back {
 			return &StepError{Step: StepAgent, Reason: ReasonAgentRolledBack, Err: fmt.Errorf(
-				"the release's agent (sha256 %s) did not confirm itself healthy; recovery put the last-good agent back: %s", rel.Agent.SHA256, evidence)}
+				"the release's agent (sha256 %s) crashed, exited or did not confirm itself healthy by its deadline; recovery put the last-good agent back: %s", rel.Agent.SHA256, evidence)}
 		}
 		// The agent stopped before it switched: switch now.
 	}

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,46 +48,45 @@ const (
 // inactive slot, take a slot, switch to it under the blue/green upgrade;
 // the new agent confirms itself, resumes the rollout from the Record,
 // soaks and reports Updated; the slot is free; the machine was never
-// switched nor the Node cordoned. Then a rollout of a broken agent binary
-// (right checksum, exits 1): recovery puts the last-good agent (the new
-// one) back, which reports Failed at agent (AgentRolledBack), keeps its
-// slot, and the rollout says Paused.
+// switched nor the Node cordoned. Then a release of an agent binary and a
+// Kubernetes version: the agent first, then the new agent switches the
+// machine (here the earlier agent version: how agents are moved back).
+// Then a rollout of a broken agent binary (right checksum, exits 1):
+// recovery puts the last-good agent back, which reports Failed at agent
+// (AgentRolledBack), keeps its slot, and the rollout says Paused.
 func (e *env) fleetAgentRelease(t *testing.T) {
 	dist := t.TempDir()
 	buildAgentVersion(t, dist+"/aks-flex-node-next", releaseAgentVersion)
+	buildAgentVersion(t, dist+"/aks-flex-node-prev", "v1.0.0-e2e")
 	next, err := os.ReadFile(dist + "/aks-flex-node-next")
+	must(t, err)
+	prev, err := os.ReadFile(dist + "/aks-flex-node-prev")
 	must(t, err)
 	broken := []byte("#!/bin/sh\n# An agent that passes the version check and exits 1 as the agent.\nif [ \"$1\" = version ]; then\n\techo '{\"version\":\"" +
 		brokenAgentVersion + "\",\"gitCommit\":\"e2e\",\"buildTime\":\"e2e\"}'\n\texit 0\nfi\nexit 1\n")
-	base := e.serveAgents(t, map[string][]byte{"/next": next, "/broken": broken})
+	base := e.serveAgents(t, map[string][]byte{"/next": next, "/prev": prev, "/broken": broken})
 	// After the CA is in the host's trust store: the restart makes the
 	// agent read it (Go reads the system roots once per process).
 	e.prepareFleet(t)
 	if out, err := e.cp.Kubectl(e.ctx, nil, "label", "node", nodeName, "e2e-fleet=agent", "--overwrite"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	e.agentOnlyRelease(t, base+"/next", next)
+	e.agentAndNodeRelease(t, base+"/prev", prev)
+	e.brokenAgentRelease(t, base+"/broken", broken, prev, "v1.0.0-e2e")
+}
+
+func (e *env) agentOnlyRelease(t *testing.T, url string, next []byte) {
 	before := e.status(t).Active
 	uid := e.node(t).UID
-
 	began := time.Now()
-	e.createAgentRollout(t, "agent-next", base+"/next", sum(next))
+	e.createAgentRollout(t, "agent-next", url, sum(next), "")
 	e.waitRelease(t, "agent-next Updated", 5*time.Minute, func(nr fleet.NodeRelease) bool {
 		return nr.Rollout == "agent-next" && nr.Phase == fleet.PhaseUpdated
 	})
 	took := time.Since(began)
-	if v := e.agentVersion(t); v != releaseAgentVersion {
-		t.Errorf("the agent runs %s after the release, want %s", v, releaseAgentVersion)
-	}
-	if got := e.currentAgentSum(t); got != sum(next) {
-		t.Errorf("current names a binary of sha256 %s, want the release's %s", got, sum(next))
-	}
+	e.checkAgent(t, releaseAgentVersion, next)
 	e.checkSlotsOf(t, "agent-next", "")
-	// The new agent put its version on its Node (fleet status's AGENT).
-	if err := wait.PollUntilContextTimeout(e.ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
-		return e.node(t).Annotations[fleet.AgentVersionAnnotation] == releaseAgentVersion, nil
-	}); err != nil {
-		t.Errorf("the Node's %s: %q, want %s", fleet.AgentVersionAnnotation, e.node(t).Annotations[fleet.AgentVersionAnnotation], releaseAgentVersion)
-	}
 	if n := e.node(t); n.UID != uid || n.Spec.Unschedulable {
 		t.Errorf("the Node after an agent-only release: uid %s (was %s), unschedulable %v", n.UID, uid, n.Spec.Unschedulable)
 	}
@@ -95,9 +95,46 @@ func (e *env) fleetAgentRelease(t *testing.T) {
 	}
 	t.Logf("BENCH agent-only release, apply to Updated (soak 5s): %v", took.Round(100*time.Millisecond))
 	e.deleteRollout(t, "agent-next")
+}
 
-	began = time.Now()
-	e.createAgentRollout(t, "agent-broken", base+"/broken", sum(broken))
+// agentAndNodeRelease: a release of an agent binary and a Kubernetes
+// version; the node reports step agent before drain and switch (the new
+// agent switches), ends on the other side at that version, on the
+// release's agent.
+func (e *env) agentAndNodeRelease(t *testing.T, url string, bin []byte) {
+	s := e.status(t)
+	from := s.Active
+	target := version
+	if s.Machines[from].KubernetesVersion == version {
+		target = joined
+	}
+	uid := e.node(t).UID
+	began := time.Now()
+	e.createAgentRollout(t, "agent-and-node", url, sum(bin), `,"kubernetesVersion":"v`+target+`"`)
+	var steps []string
+	e.waitRelease(t, "agent-and-node Updated", 8*time.Minute, func(nr fleet.NodeRelease) bool {
+		if nr.Rollout == "agent-and-node" && nr.Step != "" && (len(steps) == 0 || steps[len(steps)-1] != nr.Step) {
+			steps = append(steps, nr.Step)
+		}
+		return nr.Rollout == "agent-and-node" && nr.Phase == fleet.PhaseUpdated
+	})
+	took := time.Since(began)
+	if a, d := slices.Index(steps, fleet.StepAgent), slices.Index(steps, fleet.StepDrain); a < 0 || d < a {
+		t.Errorf("steps seen %v: want agent before drain", steps)
+	}
+	e.checkAgent(t, "v1.0.0-e2e", bin)
+	e.checkRecovered(t, "after the agent and node release", otherSide(from), uid, time.Time{}, target)
+	e.checkSlotsOf(t, "agent-and-node", "")
+	t.Logf("BENCH agent and Kubernetes %s release (%s->%s), apply to Updated (soak 5s): %v; steps %v", target, from, otherSide(from), took.Round(100*time.Millisecond), steps)
+	e.deleteRollout(t, "agent-and-node")
+}
+
+// brokenAgentRelease: the broken binary is rolled back by recovery to
+// the last-good agent (lastGood, at version good), which reports Failed
+// at agent and keeps its slot; the rollout is Paused.
+func (e *env) brokenAgentRelease(t *testing.T, url string, broken, lastGood []byte, good string) {
+	began := time.Now()
+	e.createAgentRollout(t, "agent-broken", url, sum(broken), "")
 	var stepAt time.Time
 	e.waitRelease(t, "agent-broken Failed at agent", 5*time.Minute, func(nr fleet.NodeRelease) bool {
 		if nr.Rollout == "agent-broken" && nr.Step == fleet.StepAgent && stepAt.IsZero() {
@@ -111,12 +148,7 @@ func (e *env) fleetAgentRelease(t *testing.T) {
 	if nr.Step != fleet.StepAgent || nr.Reason != fleet.ReasonAgentRolledBack || !strings.Contains(nr.Message, "rolled-back") {
 		t.Errorf("the broken agent's failure: %s", nr)
 	}
-	if v := e.agentVersion(t); v != releaseAgentVersion {
-		t.Errorf("the agent runs %s after the broken release, want the last-good %s", v, releaseAgentVersion)
-	}
-	if got := e.currentAgentSum(t); got != sum(next) {
-		t.Errorf("current names sha256 %s after the rollback, want the last-good %s", got, sum(next))
-	}
+	e.checkAgent(t, good, lastGood)
 	e.checkSlotsOf(t, "agent-broken", fleet.ReasonAgentRolledBack)
 	e.waitPaused(t, "agent-broken")
 	if stepAt.IsZero() {
@@ -125,6 +157,24 @@ func (e *env) fleetAgentRelease(t *testing.T) {
 	t.Logf("BENCH broken agent release: apply to Failed %v; agent step seen to Failed (switch, exit, recovery, old agent's report) %v",
 		failedAt.Sub(began).Round(100*time.Millisecond), failedAt.Sub(stepAt).Round(100*time.Millisecond))
 	e.deleteRollout(t, "agent-broken")
+}
+
+// checkAgent checks the running agent's version, the binary current
+// names, and the version on the Node (fleet status's AGENT, written by
+// the agent at its start).
+func (e *env) checkAgent(t *testing.T, want string, bin []byte) {
+	t.Helper()
+	if v := e.agentVersion(t); v != want {
+		t.Errorf("the agent runs %s, want %s", v, want)
+	}
+	if got := e.currentAgentSum(t); got != sum(bin) {
+		t.Errorf("current names a binary of sha256 %s, want %s", got, sum(bin))
+	}
+	if err := wait.PollUntilContextTimeout(e.ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		return e.node(t).Annotations[fleet.AgentVersionAnnotation] == want, nil
+	}); err != nil {
+		t.Errorf("the Node's %s: %q, want %s", fleet.AgentVersionAnnotation, e.node(t).Annotations[fleet.AgentVersionAnnotation], want)
+	}
 }
 
 // prepareFleet applies the fleet's objects (cluster prepare --fleet) and
@@ -193,11 +243,13 @@ func testCert(t *testing.T) ([]byte, tls.Certificate) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-func (e *env) createAgentRollout(t *testing.T, name, url, sha string) {
+// createAgentRollout creates rollout name whose release is the agent at
+// url (sha) and more, JSON fields after it (",\"kubernetesVersion\":...").
+func (e *env) createAgentRollout(t *testing.T, name, url, sha, more string) {
 	t.Helper()
 	r := fmt.Sprintf(`{"apiVersion":"flexnode.azure.com/v1alpha1","kind":"FlexNodeRollout","metadata":{"name":%q},
-"spec":{"nodeSelector":{"matchLabels":{"e2e-fleet":"agent"}},"release":{"agent":{"url":%q,"sha256":%q}},"strategy":{"maxUnavailable":1,"soak":"5s"}}}`,
-		name, url, sha)
+"spec":{"nodeSelector":{"matchLabels":{"e2e-fleet":"agent"}},"release":{"agent":{"url":%q,"sha256":%q}%s},"strategy":{"maxUnavailable":1,"soak":"5s","drainTimeout":"2m"}}}`,
+		name, url, sha, more)
 	if out, err := e.cp.Kubectl(e.ctx, []byte(r), "create", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
