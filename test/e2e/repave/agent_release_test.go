@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func (e *env) fleetAgentRelease(t *testing.T) {
 	}
 	e.agentOnlyRelease(t, base+"/next", next)
 	e.agentAndNodeRelease(t, base+"/prev", prev)
-	e.brokenAgentRelease(t, base+"/broken", broken, prev, "v1.0.0-e2e")
+	e.brokenAgentRelease(t, base+"/broken", broken, prev, "v1.0.0-e2e", dist+"/aks-flex-node-prev")
 }
 
 func (e *env) agentOnlyRelease(t *testing.T, url string, next []byte) {
@@ -132,7 +133,10 @@ func (e *env) agentAndNodeRelease(t *testing.T, url string, bin []byte) {
 // brokenAgentRelease: the broken binary is rolled back by recovery to
 // the last-good agent (lastGood, at version good), which reports Failed
 // at agent and keeps its slot; the rollout is Paused.
-func (e *env) brokenAgentRelease(t *testing.T, url string, broken, lastGood []byte, good string) {
+//
+// `fleet resume` (cli, the operator's way) retries it from stage, as any
+// failure: with the same broken binary it fails the same way again.
+func (e *env) brokenAgentRelease(t *testing.T, url string, broken, lastGood []byte, good, cli string) {
 	began := time.Now()
 	e.createAgentRollout(t, "agent-broken", url, sum(broken), "")
 	var stepAt time.Time
@@ -156,6 +160,21 @@ func (e *env) brokenAgentRelease(t *testing.T, url string, broken, lastGood []by
 	}
 	t.Logf("BENCH broken agent release: apply to Failed %v; agent step seen to Failed (switch, exit, recovery, old agent's report) %v",
 		failedAt.Sub(began).Round(100*time.Millisecond), failedAt.Sub(stepAt).Round(100*time.Millisecond))
+
+	first := nr.Since
+	if out, err := exec.CommandContext(e.ctx, cli, "fleet", "resume", "agent-broken", "--kubeconfig", e.cp.AdminKubeconfig).CombinedOutput(); err != nil {
+		t.Fatalf("fleet resume: %v\n%s", err, out)
+	}
+	// Failed again with a later Since: it left Failed and came back (its
+	// Staged and Updating last a second or two, between two polls).
+	e.waitRelease(t, "agent-broken retried and Failed at agent again", 5*time.Minute, func(nr fleet.NodeRelease) bool {
+		return nr.Rollout == "agent-broken" && nr.Phase == fleet.PhaseFailed && nr.Since.After(first)
+	})
+	if nr := e.release(t); nr.Step != fleet.StepAgent || nr.Reason != fleet.ReasonAgentRolledBack {
+		t.Errorf("after fleet resume: %s, want Failed at agent (AgentRolledBack) again", nr)
+	}
+	e.checkAgent(t, good, lastGood)
+	e.checkSlotsOf(t, "agent-broken", fleet.ReasonAgentRolledBack)
 	e.deleteRollout(t, "agent-broken")
 }
 
