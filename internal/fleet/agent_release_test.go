@@ -237,3 +237,26 @@ func TestRollbackKeepsTheAgent(t *testing.T) {
 		t.Error("the rollback of an agent release moved the node or its agent")
 	}
 }
+
+// An agent that stopped after it recorded the agent step but before it
+// switched (a power cut): the agent that starts next finds no rollback
+// since the step began and switches now.
+func TestAgentReleaseResumesAnInterruptedAgentStep(t *testing.T) {
+	a, h, api, r, n := agentRelease(t, false)
+	a.rec.Phase, a.rec.Step, a.rec.Since, a.rec.Slot = PhaseUpdating, StepAgent, time.Now(), "b-slot-0"
+	if err := a.save(); err != nil {
+		t.Fatal(err)
+	}
+	a2, step := restarted(t, api, h, r)
+	if err := turn(t, a2, h, r, n, step); !errors.Is(err, context.Canceled) || h.upgrades.Load() != 1 {
+		t.Fatalf("the resumed agent step: %v, %d upgrades; want the switch done now", err, h.upgrades.Load())
+	}
+	h.agent = newAgentSHA
+	a3, step := restarted(t, api, h, r)
+	if err := turn(t, a3, h, r, n, step); err != nil {
+		t.Fatal(err)
+	}
+	if got := api.condition(t); got.Phase != PhaseUpdated {
+		t.Errorf("the Node shows %s, want Updated", got)
+	}
+}
