@@ -74,6 +74,20 @@ func (e *env) agentRelease(t *testing.T) {
 			t.Errorf("%s: an agent-only release switched the machine: %s, was %s (%v)", m.name, s.Active, sides[m.name], err)
 		}
 	}
+	// fleet status shows each node's agent (the Node's annotation its
+	// new agent wrote at its start).
+	e.waitFor(t, "fleet status naming every node's agent "+nextAgentVersion, time.Minute, func(ctx context.Context) error {
+		out, err := e.fleetCLI(ctx, "status", "agent-next")
+		if err != nil {
+			return err
+		}
+		for _, m := range e.hosts {
+			if !strings.Contains(out, m.name) || !lineHas(out, m.name, nextAgentVersion) {
+				return fmt.Errorf("no %s line with %s in\n%s", m.name, nextAgentVersion, out)
+			}
+		}
+		return nil
+	})
 	e.deleteRollout(t, "agent-next")
 
 	began = time.Now()
@@ -176,3 +190,14 @@ func agentVersionOf(t *testing.T, m *host) string {
 }
 
 func sha256Hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// lineHas says whether a line of out that starts (after spaces) with
+// first contains want.
+func lineHas(out, first, want string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), first+" ") && strings.Contains(l, want) {
+			return true
+		}
+	}
+	return false
+}
