@@ -19,7 +19,11 @@ const fleetRollbackLong = `Roll a FlexNodeRollout back: every selected node alre
 switches back to its retained side (kube1/kube2: no download, no
 provisioning), bounded by the rollout's maxUnavailable and soak; nodes that
 had not switched stay as they are. Maintenance windows and the canary do not
-hold a rollback back; spec.paused does.
+hold a rollback back; spec.paused does. The release's agent binary
+(spec.release.agent) stays: a rollback switches machines, and the agent
+that took the node forward understands the rollout; a release of the agent
+alone has nothing to switch back (RolledBack, NotSwitched). To move agents
+back, apply a rollout whose release names the earlier binary.
 
 It sets spec.rollback (reason, when, by whom) on the rollout: the one way an
 operator asks for a rollback (onFailure: Rollback starts the same rollback

@@ -29,7 +29,9 @@ func newFleetStatusCommand(kubeconfig *string) *cobra.Command {
 (selected, staged, updating, updated, failed), its conditions (Progressing,
 Paused, Complete) and the nodes it selects, each with its phase, step, since
 when and why, as the node itself reports it on its Node (the condition
-FlexNodeRelease), and the slot it holds, if any (failed: the slot it keeps).
+FlexNodeRelease), the slot it holds, if any (failed: the slot it keeps), and
+the version of its agent (the Node's flexnode.azure.com/agent-version, which
+each agent writes when it starts: a release's agent binary moves it).
 
 The counts and conditions are the status the elected agent wrote; the node
 rows are read now. A node reporting an older generation of the rollout shows
@@ -96,6 +98,9 @@ type nodeView struct {
 	Reason     string    `json:"reason,omitempty"`
 	Message    string    `json:"message,omitempty"`
 	Slot       string    `json:"slot,omitempty"`
+	// Agent is the version of the node's agent (its Node's
+	// fleet.AgentVersionAnnotation).
+	Agent string `json:"agent,omitempty"`
 }
 
 func readFleet(ctx context.Context, c *fleetClient, args []string) ([]rolloutView, error) {
@@ -151,7 +156,7 @@ func viewOf(r *v1alpha1.FlexNodeRollout, nodes []corev1.Node, slots map[string]s
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
-		nv := nodeView{Name: n.Name, Slot: slots[n.Name]}
+		nv := nodeView{Name: n.Name, Slot: slots[n.Name], Agent: n.Annotations[fleet.AgentVersionAnnotation]}
 		rel, ok, err := fleet.ReadNodeRelease(n)
 		switch {
 		case err != nil:
@@ -209,7 +214,7 @@ func writeFleet(out io.Writer, views []rolloutView) {
 
 func writeNodes(out io.Writer, v rolloutView) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NODE\tPHASE\tSTEP\tSINCE\tREASON\tSLOT")
+	fmt.Fprintln(tw, "  NODE\tPHASE\tSTEP\tSINCE\tREASON\tSLOT\tAGENT")
 	for _, n := range v.Nodes {
 		phase, since := dash(n.Phase), "-"
 		if n.Generation != 0 && n.Generation != v.Generation {
@@ -222,7 +227,7 @@ func writeNodes(out io.Writer, v rolloutView) {
 		if n.Phase == string(fleet.PhaseFailed) && n.Message != "" {
 			reason += ": " + n.Message
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, phase, dash(n.Step), since, reason, dash(n.Slot))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, phase, dash(n.Step), since, reason, dash(n.Slot), dash(n.Agent))
 	}
 	_ = tw.Flush()
 }

@@ -75,6 +75,9 @@ func (f *fleetAPI) serve(w http.ResponseWriter, r *http.Request) {
 			{"d", nil},
 		} {
 			node := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"pool": "edge"}}}
+			if n.name == "a" {
+				node.Annotations = map[string]string{fleet.AgentVersionAnnotation: "v1.0.1"}
+			}
 			if n.rel != nil {
 				fleet.SetNodeRelease(&node, *n.rel, now)
 			}
@@ -123,7 +126,8 @@ func TestFleetStatus(t *testing.T) {
 		"edge-b   2           2         0       0         1        1       true",
 		"Paused=True NodesFailed: 1 failed and keep their slots: b",
 		"managed elsewhere (AKS through ARM): m",
-		"a     Updated                 soak    2026-12-06T05:00:00Z  -                           edge-b-slot-1",
+		"a     Updated                 soak    2026-12-06T05:00:00Z  -                           edge-b-slot-1                       v1.0.1",
+		"SLOT                                AGENT",
 		"b     Failed                  switch  2026-12-06T05:00:00Z  RolledBack: kubelet exited  edge-b-slot-0 (failed: RolledBack)",
 		"c     Updated (generation 1)",
 		"d     -",
@@ -137,7 +141,7 @@ func TestFleetStatus(t *testing.T) {
 	}
 	out, _, code = run(t, "fleet", "status", "edge-b", "-o", "json", "--kubeconfig", kc)
 	var views []rolloutView
-	if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || len(views[0].Nodes) != 4 || views[0].Nodes[1].Slot == "" || views[0].Status.Failed != 1 {
+	if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 || len(views[0].Nodes) != 4 || views[0].Nodes[1].Slot == "" || views[0].Nodes[0].Agent != "v1.0.1" || views[0].Status.Failed != 1 {
 		t.Errorf("json: exit %d\n%s", code, out)
 	}
 }

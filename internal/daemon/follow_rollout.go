@@ -40,6 +40,9 @@ type RolloutFollower struct {
 	Evidence Evidence
 
 	noFleet noFleet
+	// versionSent: this process put its version on the Node
+	// (follow_rollout_agent.go).
+	versionSent bool
 }
 
 // FollowRollout is the loop; it needs the API server.
@@ -83,6 +86,7 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	}
 	f.noFleet.present()
 	f.Nodes.Start(ctx)
+	f.announceAgentVersion(ctx, cl.Nodes, nodeName)
 	// A node that follows an AKS Machine (in ARM, or through the
 	// cluster) is AKS's to disrupt: it never takes a slot.
 	managed := f.Config.HasMachine()

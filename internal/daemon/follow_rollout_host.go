@@ -2,19 +2,15 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/Azure/aks-flex-node/internal/agentupgrade"
 	"github.com/Azure/aks-flex-node/internal/config"
 	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/fleet"
@@ -125,7 +121,7 @@ func (h *rolloutHost) Running(_ context.Context, rel v1alpha1.Release) (bool, er
 		}
 	}
 	if a := rel.Agent; a != nil {
-		sum, err := fileSHA256(h.layout.OnRoot(h.layout.AgentBinary()))
+		sum, err := agentupgrade.CurrentSHA256(h.layout)
 		if err != nil || sum != a.SHA256 {
 			return false, err
 		}
@@ -133,27 +129,16 @@ func (h *rolloutHost) Running(_ context.Context, rel v1alpha1.Release) (bool, er
 	return true, nil
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sum := sha256.New()
-	if _, err := io.Copy(sum, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(sum.Sum(nil)), nil
-}
-
 // Stage fetches, verifies and unpacks rel into the machine that does not
-// serve (Repave.Stage).
+// serve (Repave.Stage), and its agent binary into the inactive agent slot
+// (follow_rollout_agent.go). A release of the agent alone stages no
+// machine.
 func (h *rolloutHost) Stage(ctx context.Context, rel v1alpha1.Release) error {
-	if rel.Agent != nil {
-		if ok, _ := h.Running(ctx, v1alpha1.Release{Agent: rel.Agent}); !ok {
-			return &fleet.StepError{Step: fleet.StepStage, Reason: "AgentReleaseUnsupported",
-				Err: errors.New("spec.release.agent: this agent does not install an agent binary from a rollout yet; upgrade the agent on its own (aks-flex-node agent upgrade) or drop the field")}
-		}
+	if err := h.stageAgent(ctx, rel); err != nil {
+		return err
+	}
+	if !fleet.NodeFields(rel) {
+		return nil
 	}
 	c, err := h.goal(rel)
 	if err != nil {

@@ -179,17 +179,6 @@ func TestRolloutHostGoal(t *testing.T) {
 	}
 }
 
-// A release naming an agent binary this node does not run is refused at
-// stage, by name, before anything is fetched.
-func TestRolloutHostRefusesAnAgentRelease(t *testing.T) {
-	h := rolloutTestHost(t)
-	err := h.Stage(t.Context(), v1alpha1.Release{Agent: &v1alpha1.AgentRelease{URL: "https://x/a", SHA256: strings.Repeat("d", 64)}})
-	var se *fleet.StepError
-	if !errors.As(err, &se) || se.Reason != "AgentReleaseUnsupported" || !strings.Contains(err.Error(), "spec.release.agent") {
-		t.Fatalf("%v", err)
-	}
-}
-
 // The agent runs follow-rollout whenever the config names an API server.
 func TestAgentFollowsRollouts(t *testing.T) {
 	l, err := layout.New(t.TempDir(), "", "")

@@ -33,8 +33,9 @@ func strategyOf(r *v1alpha1.FlexNodeRollout) (drain, soak time.Duration) {
 	return drain, soak
 }
 
-// update is the node's turn, slot sl held: switch (unless it resumes a
-// soak, or the node turns out to run the release already), soak,
+// update is the node's turn, slot sl held: the release's agent binary
+// (agent_release.go), switch (unless it resumes a soak, the release sets
+// no node field, or the node turns out to run the release already), soak,
 // release. from is the step a restarted agent resumes at ("" for a fresh
 // turn). A failure keeps the slot (Slots.Fail) and reports Failed.
 func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slot, n *corev1.Node, from string) error {
@@ -47,7 +48,13 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 	defer cancel(nil)
 	stop := a.renew(wctx, cancel, sl)
 	defer stop()
-	if from != StepSoak {
+	if from == "" || from == StepAgent {
+		// The release's agent binary first (agent_release.go).
+		if err := a.agentStep(wctx, r, from); err != nil {
+			return a.fail(ctx, wctx, r, sl, stop, StepAgent, ReasonAgentUpgradeFailed, err)
+		}
+	}
+	if from != StepSoak && NodeFields(r.Spec.Release) {
 		if err := a.switchTo(wctx, r, from, drainTimeout); err != nil {
 			return a.fail(ctx, wctx, r, sl, stop, StepSwitch, "SwitchFailed", err)
 		}

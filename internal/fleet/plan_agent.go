@@ -174,7 +174,16 @@ func (a *Agent) do30(ctx context.Context, act action, r *v1alpha1.FlexNodeRollou
 func (a *Agent) rollback(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *corev1.Node) (bool, time.Duration, error) {
 	resuming := a.rec.Phase == PhaseUpdating && a.rec.Step == StepRollback
 	if !resuming {
-		running, err := a.Host.Running(ctx, r.Spec.Release)
+		// A fleet rollback switches machines back; the agent binary of
+		// the release stays (agent_release.go): it understands the
+		// rollout, the old one may not, and its own recovery already
+		// guards its health.
+		if !NodeFields(r.Spec.Release) {
+			return false, 0, a.report(ctx, PhaseRolledBack, "", ReasonNotSwitched, "the release sets only the agent binary, which a fleet rollback keeps: nothing to switch back")
+		}
+		rel := r.Spec.Release
+		rel.Agent = nil
+		running, err := a.Host.Running(ctx, rel)
 		if err != nil {
 			return false, 0, fmt.Errorf("compare the release with what the node runs: %w", err)
 		}

@@ -93,6 +93,17 @@ func (m *Manager) Restart(ctx context.Context, unit string) error {
 	return err
 }
 
+// RestartNoBlock queues a restart of unit and returns without waiting
+// for it: how a service restarts itself (a blocking systemctl in the
+// unit's own cgroup is killed by the stop it waits for).
+func (m *Manager) RestartNoBlock(ctx context.Context, unit string) error {
+	if err := m.needLive("restart"); err != nil {
+		return err
+	}
+	_, err := m.systemctl(ctx, "restart", "--no-block", unit)
+	return err
+}
+
 func (m *Manager) Stop(ctx context.Context, unit string) error {
 	if err := m.needLive("stop"); err != nil {
 		return err

@@ -79,6 +79,7 @@ func TestFleetRollout(t *testing.T) {
 		{"one-host-cannot-stage-D", e.stageFailsOnOneHost},
 		{"power-cut-while-holding-a-slot", e.powerCut},
 		{"node-deleted-then-status-writer-killed", e.nodeDeletedThenWriterKilled},
+		{"agent-release-then-broken-agent", e.agentRelease}, // issue 30 item 5 (agent_release_test.go)
 	} {
 		// Each scenario starts from where the one before left the fleet.
 		if !t.Run(sc.name, sc.run) {

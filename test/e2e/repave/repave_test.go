@@ -148,6 +148,9 @@ func TestRepave(t *testing.T) {
 	t.Run("crash-matrix", e.crashMatrix)
 	t.Run("switch-back", e.switchBack)       // issue 30 item 4 (switchback_test.go)
 	t.Run("fleet-rollback", e.fleetRollback) // issue 30 item 4, through a rollout
+	// Issue 30 item 5 (agent_release_test.go); needs no earlier subtest:
+	// -run '^TestRepave$/^fleet-agent-release$' runs it after the join.
+	t.Run("fleet-agent-release", e.fleetAgentRelease)
 }
 
 func (e *env) config(m fixtures.Manifest) []byte {
@@ -192,7 +195,11 @@ func must(t *testing.T, err error) {
 
 // buildAgent builds the agent to out, with the build tags given.
 func buildAgent(t *testing.T, out string, tags ...string) {
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", strings.Join(tags, ","), "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version=v1.0.0-e2e", "./cmd/aks-flex-node")
+	buildAgentVersion(t, out, "v1.0.0-e2e", tags...)
+}
+
+func buildAgentVersion(t *testing.T, out, version string, tags ...string) {
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", strings.Join(tags, ","), "-o", out, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version="+version, "./cmd/aks-flex-node")
 	cmd.Dir = repoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

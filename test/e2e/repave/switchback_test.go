@@ -13,9 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/fleet"
-	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
 // switchBack (issue 30 item 4): the fleet rollback's per-node switch back
@@ -91,19 +89,7 @@ func (e *env) switchBack(t *testing.T) {
 // the rollout record's applied release dropped, no stage, provision or
 // install task in the agent's journal since the request.
 func (e *env) fleetRollback(t *testing.T) {
-	objs, err := clusterprep.FleetObjects()
-	must(t, err)
-	data, err := clusterprep.Render("cluster prepare --fleet", objs)
-	must(t, err)
-	if out, err := e.cp.Kubectl(e.ctx, data, "apply", "-f", "-"); err != nil {
-		t.Fatalf("cluster prepare --fleet: %v\n%s", err, out)
-	}
-	if out, err := e.cp.Kubectl(e.ctx, nil, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+v1alpha1.Resource+"."+v1alpha1.Group); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	// The agent looked at a cluster without the fleet and waits before
-	// it looks again; a restart looks at once.
-	e.h.RunOK(t, "systemctl", "restart", "aks-flex-node-agent")
+	e.prepareFleet(t) // agent_release_test.go
 	s := e.status(t)
 	from, to := s.Active, otherSide(s.Active)
 	kept := s.Machines[to]
