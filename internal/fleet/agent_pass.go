@@ -267,6 +267,11 @@ func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *cor
 	}
 	s := a.slotsFor(r, n)
 	sl, err := s.Acquire(ctx, max)
+	if errors.Is(err, ErrNoSlot) {
+		for slot, why := range s.Kept {
+			a.log().Info("rollout: waiting for a slot kept past its lease", "slot", slot, "why", why)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
