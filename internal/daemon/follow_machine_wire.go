@@ -110,6 +110,9 @@ type repaveSettings struct {
 	Drain drain.Options
 	// Observer is told each phase and task.
 	Observer task.Observer
+	// Committed runs under the node lock at the switch's commit point
+	// (lifecycle.RepaveOptions.Committed).
+	Committed func(context.Context) error
 }
 
 // newRepave is the repave of the joined node to config c (the config
@@ -143,6 +146,7 @@ func repaveOptions(l layout.Layout, log *slog.Logger, c *config.Config, s repave
 			Observer: s.Observer, Drain: s.Drain},
 		KubernetesVersion: c.Components.Kubernetes,
 		DrainTimeout:      s.DrainTimeout,
+		Committed:         s.Committed,
 	}
 	pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
 	return o, applied, pf, nil

@@ -179,7 +179,7 @@ func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTim
 	}
 	obs := &phaseObserver{ctx: ctx}
 	r, pf, err := newRepave(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout,
-		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
+		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs, Committed: committed(ctx)})
 	if err != nil {
 		return err
 	}
@@ -218,6 +218,13 @@ func (h *rolloutHost) noteBaseline(ctx context.Context, pods map[types.UID]strin
 	h.mu.Lock()
 	h.baseline = b
 	h.mu.Unlock()
+}
+
+// committed is the repave's commit hook for the agent's switch in ctx:
+// the agent records the release the node runs while the repave still
+// holds the node lock (fleet.Committed).
+func committed(ctx context.Context) func(context.Context) error {
+	return func(context.Context) error { return fleet.Committed(ctx) }
 }
 
 // phaseObserver tells the agent the repave's drain and switch phases as

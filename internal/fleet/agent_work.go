@@ -82,7 +82,9 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 // already.
 func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from string, drainTimeout time.Duration) error {
 	rel := r.Spec.Release
-	pctx := context.WithValue(ctx, progressKey{}, func(step string) {
+	applied := a.applied(r)
+	pctx := withCommit(ctx, func() error { return a.recordSwitched(applied) })
+	pctx = context.WithValue(pctx, progressKey{}, func(step string) {
 		if step != a.rec.Step {
 			if err := a.report(ctx, PhaseUpdating, step, "", "holds slot "+a.rec.Slot); err != nil {
 				a.log().Warn("rollout: report the "+step, "error", err)
@@ -97,8 +99,7 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 			}
 			if running {
 				a.log().Info("rollout: the node runs the release (an interrupted switch had finished); soaking", "rollout", r.Name)
-				a.rec.Applied = a.applied(r)
-				return a.save()
+				return a.recordSwitched(applied)
 			}
 		}
 		if err := a.report(ctx, PhaseUpdating, StepDrain, "", fmt.Sprintf("holds slot %s; cordon and drain (up to %s)", a.rec.Slot, drainTimeout)); err != nil {
@@ -120,8 +121,9 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 		if err != nil {
 			return err
 		}
-		a.rec.Applied = a.applied(r)
-		return a.save()
+		// Recorded under the node lock already when the Host called
+		// Committed; this covers a Host that does not.
+		return a.recordSwitched(applied)
 	}
 }
 
