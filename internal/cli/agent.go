@@ -63,7 +63,9 @@ reason, never taking a slot), takes one of maxUnavailable slots unless the
 rollout is paused or a node failed in it, cordons, drains (drainTimeout;
 DaemonSet pods stay), repaves to the release with its rollback, soaks
 (Ready, kubelet and containerd without restarts, the DaemonSets' pods
-back, for soak), releases the slot and reports Updated. A failure keeps
+back, and the ReplicaSets and StatefulSets whose pods the drain evicted
+with their ready replicas back, waited for up to 5 minutes after the
+switch, for soak), releases the slot and reports Updated. A failure keeps
 the slot, so the rollout pauses until fleet resume. A slot whose lease
 expired goes to another node only when its holder's Node is gone (deleted,
 or registered again) or Ready and schedulable (after half a lease more);

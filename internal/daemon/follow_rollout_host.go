@@ -43,6 +43,9 @@ type rolloutHost struct {
 
 	mu       sync.Mutex
 	baseline *soakBaseline // what the soak compares with; nil until known
+	// workloads is the soak's check of the evicted pods' controllers
+	// (follow_rollout_workloads.go); nil when not known.
+	workloads *workloadCheck
 	// evidence gathers a failure's evidence (issue 30:
 	// follow_rollout_evidence.go).
 	evidence Evidence
@@ -198,8 +201,9 @@ func (h *rolloutHost) beforeSwitch(ctx context.Context) map[types.UID]string {
 	if err != nil {
 		h.log.Warn(followRolloutLoop+": note the node's DaemonSet pods before the drain; the soak will not wait for them", "error", err)
 	}
+	wc := h.noteWorkloads(ctx)
 	h.mu.Lock()
-	h.baseline = nil
+	h.baseline, h.workloads = nil, wc
 	h.mu.Unlock()
 	return pods
 }
@@ -217,6 +221,9 @@ func (h *rolloutHost) noteBaseline(ctx context.Context, pods map[types.UID]strin
 	b.pods = pods
 	h.mu.Lock()
 	h.baseline = b
+	if h.workloads != nil {
+		h.workloads.since = h.workloads.now()
+	}
 	h.mu.Unlock()
 }
 

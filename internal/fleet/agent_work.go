@@ -127,6 +127,13 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 	}
 }
 
+// ErrSoakNotYet is a soak probe that judged nothing yet: the Host waits
+// for something that takes a while after a switch (the pods the drain
+// evicted back under their controllers) and bounds that wait itself,
+// failing the probe with a StepError once it is over. The soak's window
+// starts again after the last such answer.
+var ErrSoakNotYet = errors.New("the soak waits")
+
 // probeTimeout bounds one soak probe.
 const probeTimeout = time.Minute
 
@@ -152,13 +159,21 @@ func (a *Agent) soak(ctx context.Context, d time.Duration) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !unreachable(err) {
+			switch {
+			case errors.Is(err, ErrSoakNotYet):
+				// The Host waits for something to settle (the evicted
+				// pods' controllers) within its own bound: the window
+				// starts again once it has.
+				a.log().Info("rollout: the soak waits", "why", err)
+			case !unreachable(err):
 				return err
+			default:
+				// Issue 30 item 8 (agent_pending.go): a probe that could
+				// not ask the API server judges nothing; the soak waits
+				// for it and watches its whole window again from its
+				// return.
+				a.log().Warn("rollout: the soak cannot ask the API server; it starts again once the API server answers", "error", err)
 			}
-			// Issue 30 item 8 (agent_pending.go): a probe that could not
-			// ask the API server judges nothing; the soak waits for it
-			// and watches its whole window again from its return.
-			a.log().Warn("rollout: the soak cannot ask the API server; it starts again once the API server answers", "error", err)
 			deadline = time.Now().Add(d)
 			if !sleep(ctx, probe) {
 				return ctx.Err()
