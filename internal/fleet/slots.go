@@ -211,11 +211,11 @@ func holderOf(l *coordinationv1.Lease) string {
 
 // free says whether slot l may be taken: released, its holder's Node gone
 // (deleted, or re-created with another UID), or unchanged for longer than
-// one and a half times its duration while its holder's Node is Ready and
-// schedulable (its agent died, the node serves). A holder whose Node is cordoned or not
-// Ready keeps an expired slot (HolderDown) until it comes back (its agent
-// re-adopts the slot under its new boot ID) or an operator deletes its
-// Node. A failed holder's slot is never free while its Node exists,
+// one and a half times its duration while its holder's Node is Ready
+// and schedulable (its agent died, the node serves). A holder whose Node
+// is cordoned or not Ready keeps an expired slot (HolderDown) until it
+// comes back (its agent re-adopts the slot under its new boot ID) or an
+// operator deletes its Node. A failed holder's slot is never free while its Node exists,
 // however long ago it last renewed: only an operator's resume frees it.
 func (s *Slots) free(ctx context.Context, l *coordinationv1.Lease) (bool, error) {
 	hi := holderOf(l)
