@@ -21,26 +21,35 @@ import (
 // NodeGetter backed by an informer whose transform drops them would keep
 // every expired slot (the safe side: no second node starts).
 func HolderDown(n *corev1.Node) (down bool, why string) {
+	why = notReady(n)
 	if n.Spec.Unschedulable {
+		if why != "" {
+			return true, why + ", and cordoned"
+		}
 		return true, "Node cordoned"
 	}
+	return why != "", why
+}
+
+// notReady is why n is not Ready, "" when it is.
+func notReady(n *corev1.Node) string {
 	for _, c := range n.Status.Conditions {
 		if c.Type != corev1.NodeReady {
 			continue
 		}
 		if c.Status == corev1.ConditionTrue {
-			return false, ""
+			return ""
 		}
 		since := ""
 		if !c.LastTransitionTime.IsZero() {
 			since = " since " + c.LastTransitionTime.UTC().Format(time.RFC3339)
 		}
 		if c.Status == corev1.ConditionUnknown {
-			return true, "Node NotReady (Ready Unknown: its kubelet stopped reporting)" + since
+			return "Node NotReady (Ready Unknown: its kubelet stopped reporting)" + since
 		}
-		return true, "Node NotReady" + since
+		return "Node NotReady" + since
 	}
-	return true, "Node reports no Ready condition"
+	return "Node reports no Ready condition"
 }
 
 // HeldPastExpiry is what an operator reads about a slot kept past its

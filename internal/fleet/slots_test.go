@@ -197,6 +197,8 @@ func TestExpiredSlotTakeoverRule(t *testing.T) {
 	since := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	cordoned := readyNode("edge-1", "uid-1", corev1.ConditionTrue, since)
 	cordoned.Spec.Unschedulable = true
+	cordonedOff := readyNode("edge-1", "uid-1", corev1.ConditionUnknown, since)
+	cordonedOff.Spec.Unschedulable = true
 	noReady := readyNode("edge-1", "uid-1", corev1.ConditionTrue, since)
 	noReady.Status.Conditions = nil
 	for _, c := range []struct {
@@ -211,6 +213,7 @@ func TestExpiredSlotTakeoverRule(t *testing.T) {
 		{"powered off (Ready Unknown)", readyNode("edge-1", "uid-1", corev1.ConditionUnknown, since), false, "Node NotReady (Ready Unknown: its kubelet stopped reporting) since 2026-12-06T10:00:00Z"},
 		{"NotReady", readyNode("edge-1", "uid-1", corev1.ConditionFalse, since), false, "Node NotReady since 2026-12-06T10:00:00Z"},
 		{"cordoned and Ready", cordoned, false, "Node cordoned"},
+		{"cordoned and powered off", cordonedOff, false, "Node NotReady (Ready Unknown: its kubelet stopped reporting) since 2026-12-06T10:00:00Z, and cordoned"},
 		{"no Ready condition", noReady, false, "Node reports no Ready condition"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
