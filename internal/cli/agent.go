@@ -63,12 +63,18 @@ reason, never taking a slot), takes one of maxUnavailable slots unless the
 rollout is paused or a node failed in it, cordons, drains (drainTimeout;
 DaemonSet pods stay), repaves to the release with its rollback, soaks
 (Ready, kubelet and containerd without restarts, the DaemonSets' pods
-back, for soak), releases the slot and reports Updated. A release's agent
+back, and the ReplicaSets and StatefulSets whose pods the drain evicted
+with their ready replicas back, waited for up to 5 minutes after the
+switch, for soak), releases the slot and reports Updated. A release's agent
 binary is staged into the inactive agent slot and, in the slot, installed
 first with the blue/green agent upgrade: the new agent resumes the rollout
 (step agent) and switches the node; a new agent that fails is rolled back
-by recovery, and the last-good agent reports Failed at agent. A failure keeps
-the slot, so the rollout pauses until fleet resume. Each phase is the
+by recovery, and the last-good agent reports Failed at agent. A failure
+keeps the slot, so the rollout pauses until fleet resume. A slot whose
+lease expired goes to another node only when its holder's Node is gone
+(deleted, or registered again) or Ready and schedulable (after half a
+lease more); a holder cordoned or NotReady (powered off mid-switch) keeps
+it until it comes back or its Node is deleted. Each phase is the
 Node's FlexNodeRelease condition, an Event (RolloutStaged, ...), a log
 line and /metrics, and is kept in the state dir (rollout.json) so a
 restarted agent resumes. A node whose AKS Machine is its goal reports

@@ -63,9 +63,10 @@ the CRDs of the rollouts and of their slots (FlexNodeSlot: a Lease under
 another group, since the API server's NodeRestriction refuses nodes every
 Lease outside kube-node-lease), the namespace ` + v1alpha1.Namespace + ` for the
 slots, and, bound to the group system:nodes, read access to the rollouts,
-update of their status, the slots in that namespace and read access to the
-Nodes (a node patches its own Node's status under the Node authorizer
-already); a ValidatingAdmissionPolicy that lets a node write a slot only in
+update of their status, the slots in that namespace, read access to the
+Nodes, and get (no list or watch) of ReplicaSets and StatefulSets, which a
+soak reads to see that the pods its drain evicted are back (a node patches
+its own Node's status under the Node authorizer already); a ValidatingAdmissionPolicy that lets a node write a slot only in
 its own name and never release another node's; and a FlowSchema with its own
 priority level that gives the agents' rollout requests their own seats, apart
 from the kubelets'. It may be given with

@@ -29,9 +29,12 @@ func newFleetStatusCommand(kubeconfig *string) *cobra.Command {
 (selected, staged, updating, updated, failed), its conditions (Progressing,
 Paused, Complete) and the nodes it selects, each with its phase, step, since
 when and why, as the node itself reports it on its Node (the condition
-FlexNodeRelease), the slot it holds, if any (failed: the slot it keeps), and
-the version of its agent (the Node's flexnode.azure.com/agent-version, which
-each agent writes when it starts: a release's agent binary moves it).
+FlexNodeRelease), the slot it holds, if any (failed: the slot it keeps;
+kept past its lease by a node that is cordoned or NotReady, e.g. powered off
+mid-switch: which, since when, and what to do: bring the node back, or
+delete its Node, which frees the slot), and the version of its agent (the
+Node's flexnode.azure.com/agent-version, which each agent writes when it
+starts: a release's agent binary moves it).
 
 The counts and conditions are the status the elected agent wrote; the node
 rows are read now. A node reporting an older generation of the rollout shows
@@ -133,7 +136,9 @@ func readFleet(ctx context.Context, c *fleetClient, args []string) ([]rolloutVie
 	sort.Slice(rollouts, func(i, j int) bool { return rollouts[i].Name < rollouts[j].Name })
 	views := []rolloutView{}
 	for i := range rollouts {
-		v, err := viewOf(&rollouts[i], nodes.Items, slotsByNode(slots.Items, rollouts[i].Name))
+		held := slotsByNode(slots.Items, rollouts[i].Name)
+		noteKeptSlots(held, slots.Items, rollouts[i].Name, nodes.Items, time.Now())
+		v, err := viewOf(&rollouts[i], nodes.Items, held)
 		if err != nil {
 			return nil, err
 		}

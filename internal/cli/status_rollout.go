@@ -83,6 +83,12 @@ func printRollout(w io.Writer, st rolloutStatus) {
 		} else {
 			fmt.Fprintln(w, "release:    none applied (the node runs its config file's)")
 		}
+		if p := r.Previous; p != nil {
+			fmt.Fprintf(w, "retained:   %s on the other side (applied at %s)\n", p.From(), p.At.UTC().Format(time.RFC3339))
+		}
+		if n := len(r.UnsentEvents); n > 0 {
+			fmt.Fprintf(w, "events:     %d phase-change Events wait for the API server\n", n)
+		}
 	}
 	if st.Error != "" {
 		fmt.Fprintf(w, "rollout:    %s\n", st.Error)

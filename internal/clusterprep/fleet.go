@@ -16,6 +16,7 @@ import (
 const (
 	FleetRole           = "aks-flex-node:fleet"
 	FleetSlotRole       = "aks-flex-node:fleet-slots"
+	FleetWorkloadRole   = "aks-flex-node:fleet-workload-reader"
 	FleetFlowSchema     = "aks-flex-node-fleet"
 	FleetPriorityLevel  = "aks-flex-node-fleet"
 	nodesGroup          = "system:nodes"
@@ -47,11 +48,31 @@ var FleetPermissions = []Permission{
 	{Verb: "update", Group: v1alpha1.Group, Resource: v1alpha1.SlotResource, Namespace: v1alpha1.Namespace},
 }
 
+// FleetWorkloadPermissions are what a soak reads to tell that the pods
+// its drain evicted are back: the ReplicaSets and StatefulSets that owned
+// them, each by the name its pods' owner references give (get only: no
+// list or watch, so a node cannot enumerate the cluster's workloads; it
+// reads replica counts, though a get returns the whole object, pod
+// template included). Without it the soak checks DaemonSet pods only.
+var FleetWorkloadPermissions = []Permission{
+	{Verb: "get", Group: "apps", Resource: "replicasets"},
+	{Verb: "get", Group: "apps", Resource: "statefulsets"},
+}
+
+func fleetWorkloadRole(labels map[string]string) *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: FleetWorkloadRole, Labels: labels},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "statefulsets"}, Verbs: []string{"get"}}},
+	}
+}
+
 // FleetObjects are what a cluster needs before its flex nodes follow
 // FlexNodeRollouts: the CRDs of the rollouts and their slots (generated
 // from the Go types), the namespace of the slots, the roles bound to system:nodes (every node's group,
 // whatever credential it signed in with), the node reader role (a rollout
 // selects Nodes by label and its status writer reads their conditions),
+// the workload reader role (a soak's pods back: FleetWorkloadPermissions),
 // the admission policy that confines a node to its own slots, and a
 // FlowSchema with its own priority level for the agents' rollout
 // traffic.
@@ -91,7 +112,8 @@ func FleetObjects() ([]any, error) {
 		Subjects:   group(nodesGroup),
 	}
 	objs := []any{crd, slotCRD, ns, role, binding(FleetRole, FleetRole, group(nodesGroup)), leaseRole, leaseBinding,
-		nodeReaderRole(), binding(NodeReaderRole, NodeReaderRole, group(nodesGroup))}
+		nodeReaderRole(), binding(NodeReaderRole, NodeReaderRole, group(nodesGroup)),
+		fleetWorkloadRole(labels), binding(FleetWorkloadRole, FleetWorkloadRole, group(nodesGroup))}
 	objs = append(objs, fleetSlotPolicy(labels)...)
 	return append(objs, fleetFlowControl(labels)...), nil
 }

@@ -113,6 +113,9 @@ type repaveSettings struct {
 	// Nodes, when set, serves the repave's reads of the node's own Node
 	// that a possibly stale answer will do (cachedReads).
 	Nodes *NodeInformer
+	// Committed runs under the node lock at the switch's commit point
+	// (lifecycle.RepaveOptions.Committed).
+	Committed func(context.Context) error
 }
 
 // newRepave is the repave of the joined node to config c (the config
@@ -146,6 +149,7 @@ func repaveOptions(l layout.Layout, log *slog.Logger, c *config.Config, s repave
 			Observer: s.Observer, Drain: s.Drain},
 		KubernetesVersion: c.Components.Kubernetes,
 		DrainTimeout:      s.DrainTimeout,
+		Committed:         s.Committed,
 	}
 	if s.Nodes != nil {
 		o.NewClient = repaveClient(s.Nodes)

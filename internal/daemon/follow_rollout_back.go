@@ -19,8 +19,8 @@ import (
 // (lifecycle.NewSwitchBack): cordon, drain (bounded by drainTimeout;
 // DaemonSet pods stay, as in Switch), the serving side stopped and the
 // retained one started as it was, with the repave's rollback; nothing is
-// fetched. The agent clears its Record's applied release after it
-// returns nil (the node no longer runs the release). A node that is not
+// fetched. The agent records the retained side's release as applied
+// again at the commit, under the node lock (committed). A node that is not
 // on the release its Record names (an earlier switch back finished
 // before the agent could record it) has nothing to switch back: nil.
 func (h *rolloutHost) SwitchBack(ctx context.Context, drainTimeout time.Duration) error {
@@ -34,7 +34,7 @@ func (h *rolloutHost) SwitchBack(ctx context.Context, drainTimeout time.Duration
 	}
 	obs := &phaseObserver{ctx: ctx}
 	o, applied, pf, err := repaveOptions(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout, Nodes: h.nodes,
-		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
+		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs, Committed: committed(ctx)})
 	if err != nil {
 		return err
 	}

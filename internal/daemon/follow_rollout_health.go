@@ -112,7 +112,10 @@ func (h *rolloutHost) Healthy(ctx context.Context) error {
 				Err: fmt.Errorf("%s in machine %s restarted %d time(s) since the switch", u, b.machine, now[u]-b.restarts[u])}
 		}
 	}
-	return h.podsBack(ctx, b)
+	if err := h.podsBack(ctx, b); err != nil {
+		return err
+	}
+	return h.workloadsBack(ctx) // follow_rollout_workloads.go
 }
 
 // ownNode is the node's own Node as the process's informer holds it: a

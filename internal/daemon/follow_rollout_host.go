@@ -42,6 +42,9 @@ type rolloutHost struct {
 
 	mu       sync.Mutex
 	baseline *soakBaseline // what the soak compares with; nil until known
+	// workloads is the soak's check of the evicted pods' controllers
+	// (follow_rollout_workloads.go); nil when not known.
+	workloads *workloadCheck
 	// evidence gathers a failure's evidence (issue 30:
 	// follow_rollout_evidence.go).
 	evidence Evidence
@@ -167,7 +170,7 @@ func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTim
 	}
 	obs := &phaseObserver{ctx: ctx}
 	r, pf, err := newRepave(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout, Nodes: h.nodes,
-		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
+		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs, Committed: committed(ctx)})
 	if err != nil {
 		return err
 	}
@@ -186,8 +189,9 @@ func (h *rolloutHost) beforeSwitch(ctx context.Context) map[types.UID]string {
 	if err != nil {
 		h.log.Warn(followRolloutLoop+": note the node's DaemonSet pods before the drain; the soak will not wait for them", "error", err)
 	}
+	wc := h.noteWorkloads(ctx)
 	h.mu.Lock()
-	h.baseline = nil
+	h.baseline, h.workloads = nil, wc
 	h.mu.Unlock()
 	return pods
 }
@@ -205,7 +209,17 @@ func (h *rolloutHost) noteBaseline(ctx context.Context, pods map[types.UID]strin
 	b.pods = pods
 	h.mu.Lock()
 	h.baseline = b
+	if h.workloads != nil {
+		h.workloads.since = h.workloads.now()
+	}
 	h.mu.Unlock()
+}
+
+// committed is the repave's commit hook for the agent's switch in ctx:
+// the agent records the release the node runs while the repave still
+// holds the node lock (fleet.Committed).
+func committed(ctx context.Context) func(context.Context) error {
+	return func(context.Context) error { return fleet.Committed(ctx) }
 }
 
 // phaseObserver tells the agent the repave's drain and switch phases as

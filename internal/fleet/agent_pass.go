@@ -83,7 +83,7 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 	case actHeld, actRollback: // issue 30 (plan_agent.go)
 		return a.do30(ctx, act, r, n)
 	case actForget:
-		a.rec = Record{Applied: a.rec.Applied}
+		a.rec = a.rec.kept()
 		a.slot = nil
 		a.metricsPhase("", "")
 		return false, 0, a.save()
@@ -134,7 +134,8 @@ func (a *Agent) do(ctx context.Context, act action, r *v1alpha1.FlexNodeRollout,
 // another rollout (or the same name made anew).
 func (a *Agent) adopt(r *v1alpha1.FlexNodeRollout) {
 	if a.rec.UID != r.UID || a.rec.Rollout != r.Name {
-		a.rec = Record{Rollout: r.Name, UID: r.UID, Applied: a.rec.Applied, ResumedAt: resumedAt(r)}
+		a.rec = a.rec.kept()
+		a.rec.Rollout, a.rec.UID, a.rec.ResumedAt = r.Name, r.UID, resumedAt(r)
 		a.slot, a.slots = nil, nil
 	}
 	a.rec.Generation = r.Generation
@@ -267,6 +268,11 @@ func (a *Agent) acquire(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *cor
 	}
 	s := a.slotsFor(r, n)
 	sl, err := s.Acquire(ctx, max)
+	if errors.Is(err, ErrNoSlot) {
+		for slot, why := range s.Kept {
+			a.log().Info("rollout: waiting for a slot kept past its lease", "slot", slot, "why", why)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

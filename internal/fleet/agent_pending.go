@@ -63,6 +63,9 @@ func (a *Agent) settle(ctx context.Context, r *v1alpha1.FlexNodeRollout, n *core
 			a.attachEvidence(ctx, a.rec.Step, a.rec.Reason, errors.New(a.rec.Message))
 		}
 	}
+	if err := a.resendEvents(ctx); err != nil {
+		return err
+	}
 	if a.rec.SlotAction == "" {
 		return nil
 	}

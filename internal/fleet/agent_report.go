@@ -75,7 +75,7 @@ func (a *Agent) announce(ctx context.Context) {
 		if rec.Phase == PhaseFailed {
 			t = corev1.EventTypeWarning
 		}
-		_ = a.Events.Record(ctx, t, EventReason(rec.Phase), line)
+		a.recordEvent(ctx, t, EventReason(rec.Phase), line)
 	}
 	a.metricsPhase(rec.Rollout, rec.Phase)
 }

@@ -89,7 +89,9 @@ func (a *Agent) update(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl *Slo
 // already.
 func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from string, drainTimeout time.Duration) error {
 	rel := r.Spec.Release
-	pctx := context.WithValue(ctx, progressKey{}, func(step string) {
+	applied := a.applied(r)
+	pctx := withCommit(ctx, func() error { return a.recordSwitched(applied) })
+	pctx = context.WithValue(pctx, progressKey{}, func(step string) {
 		if step != a.rec.Step {
 			if err := a.report(ctx, PhaseUpdating, step, "", "holds slot "+a.rec.Slot); err != nil {
 				a.log().Warn("rollout: report the "+step, "error", err)
@@ -104,8 +106,7 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 			}
 			if running {
 				a.log().Info("rollout: the node runs the release (an interrupted switch had finished); soaking", "rollout", r.Name)
-				a.rec.Applied = a.applied(r)
-				return a.save()
+				return a.recordSwitched(applied)
 			}
 		}
 		if err := a.report(ctx, PhaseUpdating, StepDrain, "", fmt.Sprintf("holds slot %s; cordon and drain (up to %s)", a.rec.Slot, drainTimeout)); err != nil {
@@ -127,10 +128,18 @@ func (a *Agent) switchTo(ctx context.Context, r *v1alpha1.FlexNodeRollout, from 
 		if err != nil {
 			return err
 		}
-		a.rec.Applied = a.applied(r)
-		return a.save()
+		// Recorded under the node lock already when the Host called
+		// Committed; this covers a Host that does not.
+		return a.recordSwitched(applied)
 	}
 }
+
+// ErrSoakNotYet is a soak probe that judged nothing yet: the Host waits
+// for something that takes a while after a switch (the pods the drain
+// evicted back under their controllers) and bounds that wait itself,
+// failing the probe with a StepError once it is over. The soak's window
+// starts again after the last such answer.
+var ErrSoakNotYet = errors.New("the soak waits")
 
 // probeTimeout bounds one soak probe.
 const probeTimeout = time.Minute
@@ -157,13 +166,21 @@ func (a *Agent) soak(ctx context.Context, d time.Duration) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !unreachable(err) {
+			switch {
+			case errors.Is(err, ErrSoakNotYet):
+				// The Host waits for something to settle (the evicted
+				// pods' controllers) within its own bound: the window
+				// starts again once it has.
+				a.log().Info("rollout: the soak waits", "why", err)
+			case !unreachable(err):
 				return err
+			default:
+				// Issue 30 item 8 (agent_pending.go): a probe that could
+				// not ask the API server judges nothing; the soak waits
+				// for it and watches its whole window again from its
+				// return.
+				a.log().Warn("rollout: the soak cannot ask the API server; it starts again once the API server answers", "error", err)
 			}
-			// Issue 30 item 8 (agent_pending.go): a probe that could not
-			// ask the API server judges nothing; the soak waits for it
-			// and watches its whole window again from its return.
-			a.log().Warn("rollout: the soak cannot ask the API server; it starts again once the API server answers", "error", err)
 			deadline = time.Now().Add(d)
 			if !sleep(ctx, probe) {
 				return ctx.Err()

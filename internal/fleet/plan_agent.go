@@ -229,16 +229,18 @@ func (a *Agent) switchBack(ctx context.Context, r *v1alpha1.FlexNodeRollout, sl 
 	if err := a.report(ctx, PhaseUpdating, StepRollback, "", "holds slot "+sl.Lease.Name+"; switching back to the retained side"); err != nil {
 		a.log().Warn("rollout: report the rollback", "error", err)
 	}
-	err := a.switchBackWhenFree(wctx, rb, drainTimeout)
+	from := a.rec.Applied
+	err := a.switchBackWhenFree(withCommit(wctx, func() error { return a.recordSwitchedBack(from) }), rb, drainTimeout)
 	if cerr := a.reconnect(); cerr != nil {
 		a.log().Warn("rollout: reconnect after the switch back", "error", cerr)
 	}
 	if err != nil {
 		return a.fail(ctx, wctx, r, sl, stop, StepRollback, "RollbackFailed", err)
 	}
-	// The release no longer applies: start must not converge back to it.
-	a.rec.Applied = nil
-	if err := a.save(); err != nil {
+	// The release no longer applies: start must not converge back to it,
+	// but to the retained side's (recorded under the node lock already
+	// when the Host called Committed).
+	if err := a.recordSwitchedBack(from); err != nil {
 		a.log().Warn("rollout: save the record", "error", err)
 	}
 	if err := a.soak(wctx, soak); err != nil {

@@ -50,6 +50,16 @@ type Record struct {
 	// moved it. It outlives the rollout: deleting a rollout does not move
 	// the node back.
 	Applied *AppliedRelease `json:"applied,omitempty"`
+	// Previous is the release of the retained side: the one Applied
+	// replaced when the node last switched (nil: the config file's
+	// values). A switch back (fleet rollback) makes it Applied again (and
+	// the release it left Previous), so start converges to what the node
+	// runs (agent_commit.go).
+	Previous *AppliedRelease `json:"previous,omitempty"`
+	// UnsentEvents are phase-change Events the API server did not take
+	// (it was away): sent once each when it is back, at most
+	// maxUnsentEvents kept (agent_events.go).
+	UnsentEvents []UnsentEvent `json:"unsentEvents,omitempty"`
 }
 
 // AppliedRelease is a release a rollout moved the node to.

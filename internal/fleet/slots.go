@@ -56,6 +56,8 @@ func ParseHolder(s string) (h Holder, ok bool) {
 }
 
 // NodeGetter reads a Node by name (kubeclient's Nodes has this method).
+// The slots read a holder's UID, spec.unschedulable and Ready condition
+// (HolderDown): a getter over an informer must keep those.
 type NodeGetter interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
 }
@@ -82,6 +84,9 @@ type Slots struct {
 	Owner *metav1.OwnerReference
 
 	seen map[string]observed
+	// Kept is, after Acquire, each expired slot kept by a holder that is
+	// down (slot name to what an operator reads: HeldPastExpiry).
+	Kept map[string]string
 }
 
 type observed struct {
@@ -139,6 +144,7 @@ func (s *Slots) Acquire(ctx context.Context, max int) (*Slot, error) {
 		}
 	}
 	s.forget(byIndex)
+	s.Kept = nil
 	// Each node starts at its own slot (by its name) and goes round: a
 	// wave of nodes asking at once would otherwise all race for slot 0,
 	// then all for slot 1, and so on (at 100 nodes, 955 creates for 10
@@ -205,14 +211,18 @@ func holderOf(l *coordinationv1.Lease) string {
 
 // free says whether slot l may be taken: released, its holder's Node gone
 // (deleted, or re-created with another UID), or unchanged for longer than
-// its duration. A failed holder's slot is never free while its Node
-// exists, however long ago it last renewed: only an operator's resume
-// frees it.
+// one and a half times its duration while its holder's Node is Ready
+// and schedulable (its agent died, the node serves). A holder whose Node
+// is cordoned or not Ready keeps an expired slot (HolderDown) until it
+// comes back (its agent re-adopts the slot under its new boot ID) or an
+// operator deletes its Node. A failed holder's slot is never free while its Node exists,
+// however long ago it last renewed: only an operator's resume frees it.
 func (s *Slots) free(ctx context.Context, l *coordinationv1.Lease) (bool, error) {
 	hi := holderOf(l)
 	if hi == "" {
 		return true, nil
 	}
+	var holder *corev1.Node
 	if h, ok := ParseHolder(hi); ok {
 		n, err := s.Nodes.Get(ctx, h.Node, metav1.GetOptions{})
 		switch {
@@ -223,11 +233,27 @@ func (s *Slots) free(ctx context.Context, l *coordinationv1.Lease) (bool, error)
 		case n.UID != h.UID:
 			return true, nil
 		}
+		holder = n
 	}
 	if l.Annotations[AnnotationFailedReason] != "" {
 		return false, nil
 	}
-	return s.expired(l), nil
+	if !s.expired(l) {
+		return false, nil
+	}
+	if holder != nil {
+		if down, why := HolderDown(holder); down {
+			s.noteKept(l.Name, holder.Name, why)
+			return false, nil
+		}
+		// Ready and schedulable: the agent died, or the node lost power
+		// so recently that the node lifecycle controller has not marked
+		// it NotReady yet (its grace, 50 s by default, can outlast what
+		// is left of the lease after the last renewal). Half a lease more
+		// tells the two apart.
+		return s.unchangedFor(l) > s.ttlOf(l)+s.ttlOf(l)/2, nil
+	}
+	return true, nil
 }
 
 // expired is whether this process has seen l unchanged for longer than
@@ -241,11 +267,32 @@ func (s *Slots) expired(l *coordinationv1.Lease) bool {
 		s.seen[l.Name] = observed{l.ResourceVersion, s.now()}
 		return false
 	}
-	ttl := s.TTL
-	if l.Spec.LeaseDurationSeconds != nil {
-		ttl = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	return s.now().Sub(o.at) > s.ttlOf(l)
+}
+
+// unchangedFor is how long this process has seen l unchanged (after
+// expired noted it).
+func (s *Slots) unchangedFor(l *coordinationv1.Lease) time.Duration {
+	o, ok := s.seen[l.Name]
+	if !ok || o.resourceVersion != l.ResourceVersion {
+		return 0
 	}
-	return s.now().Sub(o.at) > ttl
+	return s.now().Sub(o.at)
+}
+
+// ttlOf is l's lease duration (the Slots' TTL when it names none).
+func (s *Slots) ttlOf(l *coordinationv1.Lease) time.Duration {
+	if l.Spec.LeaseDurationSeconds != nil {
+		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return s.TTL
+}
+
+func (s *Slots) noteKept(slot, holder, why string) {
+	if s.Kept == nil {
+		s.Kept = map[string]string{}
+	}
+	s.Kept[slot] = HeldPastExpiry(holder, why)
 }
 
 // forget drops what was seen of slots that no longer exist.

@@ -172,3 +172,149 @@ func TestAcquireSpreadsTheFirstTry(t *testing.T) {
 		t.Errorf("an eleventh node: %v, want ErrNoSlot", err)
 	}
 }
+
+// nodeTable is a NodeGetter over Nodes by name; absent ones are NotFound.
+type nodeTable map[string]*corev1.Node
+
+func (nt nodeTable) Get(_ context.Context, name string, _ metav1.GetOptions) (*corev1.Node, error) {
+	n, ok := nt[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	return n.DeepCopy(), nil
+}
+
+func readyNode(name string, uid types.UID, ready corev1.ConditionStatus, since time.Time) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.NewTime(since)}}}}
+}
+
+// The power-cut rule: an expired slot goes to another node only when
+// its holder cannot be unavailable because of it (its Node gone or
+// registered again, or Ready and schedulable); a holder whose Node is
+// cordoned or not Ready keeps it past its lease, and Acquire says why.
+func TestExpiredSlotTakeoverRule(t *testing.T) {
+	since := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	cordoned := readyNode("edge-1", "uid-1", corev1.ConditionTrue, since)
+	cordoned.Spec.Unschedulable = true
+	cordonedOff := readyNode("edge-1", "uid-1", corev1.ConditionUnknown, since)
+	cordonedOff.Spec.Unschedulable = true
+	noReady := readyNode("edge-1", "uid-1", corev1.ConditionTrue, since)
+	noReady.Status.Conditions = nil
+	for _, c := range []struct {
+		name   string
+		holder *corev1.Node // nil: the Node is gone
+		taken  bool
+		why    string
+	}{
+		{"node deleted", nil, true, ""},
+		{"node registered again", readyNode("edge-1", "uid-other", corev1.ConditionFalse, since), true, ""},
+		{"agent died, node serves", readyNode("edge-1", "uid-1", corev1.ConditionTrue, since), true, ""},
+		{"powered off (Ready Unknown)", readyNode("edge-1", "uid-1", corev1.ConditionUnknown, since), false, "Node NotReady (Ready Unknown: its kubelet stopped reporting) since 2026-12-06T10:00:00Z"},
+		{"NotReady", readyNode("edge-1", "uid-1", corev1.ConditionFalse, since), false, "Node NotReady since 2026-12-06T10:00:00Z"},
+		{"cordoned and Ready", cordoned, false, "Node cordoned"},
+		{"cordoned and powered off", cordonedOff, false, "Node NotReady (Ready Unknown: its kubelet stopped reporting) since 2026-12-06T10:00:00Z, and cordoned"},
+		{"no Ready condition", noReady, false, "Node reports no Ready condition"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Unix(1_000_000, 0)
+			clock := func() time.Time { return now }
+			st := &memStore{leases: map[string]coordinationv1.Lease{}}
+			nodes := nodeTable{"edge-2": readyNode("edge-2", "uid-2", corev1.ConditionTrue, since)}
+			if c.holder != nil {
+				nodes["edge-1"] = c.holder
+			}
+			holder := &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Now: clock, Holder: Holder{Node: "edge-1", UID: "uid-1", BootID: "b1"}}
+			if _, err := holder.Acquire(context.Background(), 1); err != nil {
+				t.Fatal(err)
+			}
+			other := &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Now: clock, Holder: Holder{Node: "edge-2", UID: "uid-2", BootID: "b2"}}
+			_, err := other.Acquire(context.Background(), 1)
+			if c.holder != nil && c.holder.UID == "uid-1" {
+				// Within its lease a live holder's slot is never free.
+				if err != ErrNoSlot {
+					t.Fatalf("before expiry: %v, want ErrNoSlot", err)
+				}
+				now = now.Add(time.Minute + time.Second)
+				_, err = other.Acquire(context.Background(), 1)
+				if c.taken {
+					// Ready and schedulable: half a lease more, so a node
+					// that lost power just now is NotReady by then.
+					if err != ErrNoSlot || len(other.Kept) != 0 {
+						t.Fatalf("just past the lease: %v %v, want ErrNoSlot and nothing kept", err, other.Kept)
+					}
+					now = now.Add(30 * time.Second)
+					_, err = other.Acquire(context.Background(), 1)
+				}
+			}
+			switch {
+			case c.taken && err != nil:
+				t.Fatalf("expired slot of a holder that is not down: %v, want it taken", err)
+			case !c.taken && err != ErrNoSlot:
+				t.Fatalf("expired slot of a holder that is down (%s): %v, want ErrNoSlot", c.name, err)
+			case !c.taken && other.Kept["r-slot-0"] != HeldPastExpiry("edge-1", c.why):
+				t.Errorf("Kept = %q, want %q", other.Kept["r-slot-0"], HeldPastExpiry("edge-1", c.why))
+			case c.taken && len(other.Kept) != 0:
+				t.Errorf("Kept = %v after a takeover", other.Kept)
+			}
+		})
+	}
+}
+
+// The powered-off holder comes back (same Node UID, a new boot ID): its
+// agent re-adopts the slot it kept past the lease, finishes and releases
+// it; only then does the next node take it. A holder that never comes
+// back loses it when an operator deletes its Node.
+func TestHolderDownKeepsSlotUntilBackOrDeleted(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	clock := func() time.Time { return now }
+	since := now.Add(-time.Hour)
+	st := &memStore{leases: map[string]coordinationv1.Lease{}}
+	nodes := nodeTable{
+		"edge-1": readyNode("edge-1", "uid-1", corev1.ConditionUnknown, since),
+		"edge-2": readyNode("edge-2", "uid-2", corev1.ConditionTrue, since),
+		"edge-3": readyNode("edge-3", "uid-3", corev1.ConditionTrue, since),
+	}
+	slotsOf := func(n, boot string) *Slots {
+		return &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Now: clock, Holder: Holder{Node: n, UID: nodes[n].UID, BootID: boot}}
+	}
+	ctx := context.Background()
+	if _, err := slotsOf("edge-1", "boot-a").Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	other := slotsOf("edge-2", "b")
+	for range 5 { // ten lease lengths down
+		if _, err := other.Acquire(ctx, 1); err != ErrNoSlot {
+			t.Fatalf("+%v: %v, want ErrNoSlot while edge-1 is down", now.Sub(time.Unix(1_000_000, 0)), err)
+		}
+		now = now.Add(2 * time.Minute)
+	}
+	back := slotsOf("edge-1", "boot-b")
+	sl, err := back.Acquire(ctx, 1)
+	if err != nil || !sl.Readopted || sl.PreviousBootID != "boot-a" || holderOf(sl.Lease) != back.Holder.String() {
+		t.Fatalf("edge-1 back under a new boot: %+v %v, want its slot re-adopted", sl, err)
+	}
+	if _, err := other.Acquire(ctx, 1); err != ErrNoSlot {
+		t.Fatalf("right after the re-adoption: %v", err)
+	}
+	if err := back.Release(ctx, sl); err != nil {
+		t.Fatal(err)
+	}
+	got, err := other.Acquire(ctx, 1)
+	if err != nil || holderOf(got.Lease) != other.Holder.String() {
+		t.Fatalf("after edge-1 released: %+v %v", got, err)
+	}
+	// edge-2 loses power holding it; edge-3 waits until its Node is deleted.
+	nodes["edge-2"] = readyNode("edge-2", "uid-2", corev1.ConditionUnknown, now)
+	third := slotsOf("edge-3", "b")
+	for range 3 {
+		if _, err := third.Acquire(ctx, 1); err != ErrNoSlot {
+			t.Fatalf("edge-2 down: %v", err)
+		}
+		now = now.Add(time.Minute)
+	}
+	delete(nodes, "edge-2")
+	if got, err := third.Acquire(ctx, 1); err != nil || holderOf(got.Lease) != third.Holder.String() {
+		t.Fatalf("edge-2's Node deleted: %+v %v, want the slot taken", got, err)
+	}
+}

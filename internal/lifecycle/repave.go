@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -31,6 +32,13 @@ type RepaveOptions struct {
 	// the new side (and, on rollback, for the old one) to be Ready.
 	DrainTimeout time.Duration
 	ReadyTimeout time.Duration
+	// Committed, when set, runs in the finish phase right after
+	// save-state (the switch's commit point: the applied state names the
+	// new side), still under the node lock: the fleet agent records the
+	// release the node now runs there, so a start waiting for the lock
+	// reads it (fleet.Committed). Its error is logged, not the repave's:
+	// the switch is committed and the caller records it again.
+	Committed func(ctx context.Context) error
 	// NewClient is the API server as the node whose machine is at
 	// machineRoot; nil is its own credential (node.ClientConfig).
 	NewClient func(c *config.Config, l layout.Layout, machineRoot string) (kubeclient.Interface, error)
@@ -152,11 +160,27 @@ func (r *Repave) Phases(cgroupMode string) []task.Phase {
 			ImportImages(m),
 			WaitNodeVersion(m, r.client, name, c.Components.Kubernetes, o.ReadyTimeout, r.heartbeat, s.nodeProgress),
 		}},
-		{Name: "finish", Tasks: []task.Task{
+		{Name: "finish", Tasks: r.afterCommit(
 			SaveState(h, m, c, o.ConfigFile, o.ConfigData, r.chosen, nodeSums),
 			r.uncordon(),
-		}},
+		)},
 	}
+}
+
+// afterCommit is the finish phase's tasks: save-state (the commit), the
+// caller's record-commit when it set Committed, then the rest.
+func (r *Repave) afterCommit(save task.Task, rest ...task.Task) []task.Task {
+	out := []task.Task{save}
+	if f := r.opts.Committed; f != nil {
+		out = append(out, task.Func{N: "record-commit", F: func(ctx context.Context) (task.Result, error) {
+			if err := f(ctx); err != nil {
+				r.opts.Log.Warn("record the committed switch; the caller records it once the repave returns", "error", err)
+				return task.Result{Detail: "not recorded: " + err.Error()}, nil
+			}
+			return task.Result{Changed: true}, nil
+		}})
+	}
+	return append(out, rest...)
 }
 
 // drainPhase cordons and drains the Node, for a repave and a switch back.

@@ -129,11 +129,10 @@ func (r *Repave) backPhases(cgroupMode string) []task.Phase {
 			StartMachine(m, asIs),
 			WaitNodeVersion(m, r.client, name, c.Components.Kubernetes, o.ReadyTimeout, r.heartbeat, r.start.nodeProgress),
 		}},
-		{Name: "finish", Tasks: []task.Task{
-			NoteNodeFiles(c, cgroupMode, sums),
+		{Name: "finish", Tasks: append([]task.Task{NoteNodeFiles(c, cgroupMode, sums)}, r.afterCommit(
 			SaveState(r.start.host, m, c, o.ConfigFile, o.ConfigData, r.chosen, sums),
 			r.uncordon(),
-		}},
+		)...)},
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
@@ -135,13 +137,17 @@ func pollAcquire(t *testing.T, s *fleet.Slots, max int, within time.Duration) (*
 }
 
 // TestExpiredSlotIsTakenOver: while its holder renews, a slot is never
-// taken; once the holder stops (a node that died), another node takes it
-// one TTL after it last saw it change, and the old holder is fenced out.
+// taken; once the holder stops, the power-cut rule decides: a holder
+// whose Node is NotReady (powered off) keeps it past its lease, for as
+// long as it is down; one whose Node is Ready and schedulable (its agent
+// died, the node serves) loses it to another node one and a half TTLs
+// after that node last saw it change, and the old holder is fenced out.
 func TestExpiredSlotIsTakenOver(t *testing.T) {
 	requireE2E(t)
 	const rollout, ttl = "expiry", 2 * time.Second
 	a := newSlots(t, rollout, "expiry-a", newNode(t, "expiry-a"), "boot-a", ttl)
 	b := newSlots(t, rollout, "expiry-b", newNode(t, "expiry-b"), "boot-b", ttl)
+	setReady(t, "expiry-a", corev1.ConditionTrue)
 	ctx := context.Background()
 	held, err := a.Acquire(ctx, 1)
 	if err != nil {
@@ -165,20 +171,52 @@ func TestExpiredSlotIsTakenOver(t *testing.T) {
 	if err := <-renewing; err != nil {
 		t.Fatal(err)
 	}
-	// a stops renewing.
+	// a stops renewing, its Node NotReady (the node lifecycle
+	// controller's Unknown after a power cut): kept past its lease.
+	setReady(t, "expiry-a", corev1.ConditionUnknown)
+	if sl, _ := pollAcquire(t, b, 1, 4*ttl); sl != nil {
+		t.Fatalf("b took slot %s from a holder whose Node is NotReady", sl.Lease.Name)
+	}
+	if err := a.Renew(ctx, held); err != nil {
+		t.Fatalf("a, back, renews its slot kept past the lease: %v", err)
+	}
+	// a stops again, its Node Ready and schedulable: taken over.
+	setReady(t, "expiry-a", corev1.ConditionTrue)
 	sl, after := pollAcquire(t, b, 1, 6*ttl)
 	if sl == nil {
 		t.Fatalf("b did not take the expired slot within %v", 6*ttl)
 	}
 	t.Logf("b took %s %v after a stopped renewing (TTL %v)", sl.Lease.Name, after.Round(time.Millisecond), ttl)
-	if after < ttl {
-		t.Errorf("taken after %v, before the TTL %v", after, ttl)
+	if after < ttl+ttl/2 {
+		t.Errorf("taken after %v, before one and a half TTLs (%v)", after, ttl+ttl/2)
 	}
 	if err := a.Renew(ctx, held); !errors.Is(err, fleet.ErrSlotLost) {
 		t.Errorf("a's renew after the takeover: %v, want ErrSlotLost", err)
 	}
 	if h := heldBy(t, rollout); len(h) != 1 || len(h[b.Holder.String()]) != 1 {
 		t.Errorf("holders %v, want only b", h)
+	}
+}
+
+// setReady sets Node name's Ready condition, as its kubelet (True) or
+// the node lifecycle controller (Unknown) would.
+func setReady(t *testing.T, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	ctx := context.Background()
+	// The controller-manager writes a new Node too (its pod CIDR, its
+	// taints): read again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cp.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: now, LastTransitionTime: now}}
+		_, err = cp.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
