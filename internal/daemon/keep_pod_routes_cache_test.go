@@ -244,7 +244,8 @@ func TestPodRoutesNodeChangeReachesRoutesWithoutList(t *testing.T) {
 
 // The cache keeps of another Node what the loops read (name, UID,
 // version, pod CIDRs and InternalIPs for the routes; labels and the
-// FlexNodeRelease condition for the rollouts) and nothing else.
+// FlexNodeRelease condition for the rollouts; spec.unschedulable and the
+// Ready condition without its heartbeat for the slots) and nothing else.
 func TestPodRoutesCacheKeepsOnlyWhatTheLoopsNeed(t *testing.T) {
 	n := flexNode("a", "192.168.50.11", "10.244.1.0/24")
 	n.UID, n.ResourceVersion = "u-1", "7"
@@ -253,9 +254,11 @@ func TestPodRoutesCacheKeepsOnlyWhatTheLoopsNeed(t *testing.T) {
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
 	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "a"})
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "kubelet is posting ready status", LastHeartbeatTime: metav1.Unix(2e9, 0), LastTransitionTime: metav1.Unix(1e9, 0)},
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}}
 	fleet.SetNodeRelease(n, fleet.NodeRelease{Rollout: "edge-b", Generation: 2, Phase: fleet.PhaseUpdated}, time.Unix(1e9, 0))
-	release := n.Status.Conditions[1]
+	release := n.Status.Conditions[2]
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"img"}, SizeBytes: 1}}
 	n.Status.NodeInfo.BootID = "boot"
 	n.Spec.Unschedulable = true
@@ -264,14 +267,17 @@ func TestPodRoutesCacheKeepsOnlyWhatTheLoopsNeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u-1", ResourceVersion: "7", Labels: n.Labels},
-		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}, Unschedulable: true},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.50.11"}},
-			Conditions: []corev1.NodeCondition{release}}}
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: metav1.Unix(1e9, 0)}, release}}}
 	if nodeJSON(got.(*corev1.Node)) != nodeJSON(want) {
 		t.Fatalf("kept %s\nwant %s", nodeJSON(got.(*corev1.Node)), nodeJSON(want))
 	}
 	if r, ok, err := fleet.ReadNodeRelease(got.(*corev1.Node)); !ok || err != nil || r.Phase != fleet.PhaseUpdated {
 		t.Errorf("the rollouts read %+v %v %v of the kept Node", r, ok, err)
+	}
+	if down, why := fleet.HolderDown(got.(*corev1.Node)); !down || why != "Node cordoned" {
+		t.Errorf("the slots read %v %q of the kept Node, want down: Node cordoned", down, why)
 	}
 	if peerOf(got.(*corev1.Node)) != peerOf(n) {
 		t.Fatalf("the routes read %+v of the kept Node, %+v of the Node", peerOf(got.(*corev1.Node)), peerOf(n))

@@ -286,11 +286,15 @@ func (i *NodeInformer) transform(o any) (any, error) {
 //     checks);
 //   - labels: the rollouts' node selectors (the rollout agent's peers
 //     and maxUnavailable, the status writer's counts);
-//   - the FlexNodeRelease condition alone: the other nodes' phases (the
-//     agent's slots in use, the status writer's aggregate and Events).
+//   - the FlexNodeRelease condition: the other nodes' phases (the
+//     agent's slots in use, the status writer's aggregate and Events);
+//   - spec.unschedulable and the Ready condition's status, reason and
+//     transition time (not its heartbeat or message): the slots' rule for
+//     an expired slot (fleet.HolderDown: a holder cordoned or NotReady
+//     keeps it). Without them every expired slot would look kept.
 //
-// The rest (the kubelet's conditions and images, annotations, managed
-// fields, node info) is dropped before it is stored. A kubelet's Node is
+// The rest (the kubelet's other conditions and images, annotations,
+// managed fields, node info) is dropped before it is stored. A kubelet's Node is
 // 8-10 KB as JSON (more decoded); what is kept is a few hundred bytes
 // (labels most of it), so 5,000 Nodes cost a few megabytes per agent.
 func peerNode(o any) (any, error) {
@@ -300,7 +304,7 @@ func peerNode(o any) (any, error) {
 	}
 	out := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels},
-		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs, Unschedulable: n.Spec.Unschedulable},
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
@@ -308,8 +312,11 @@ func peerNode(o any) (any, error) {
 		}
 	}
 	for _, c := range n.Status.Conditions {
-		if c.Type == fleet.ConditionType {
-			out.Status.Conditions = []corev1.NodeCondition{c}
+		switch c.Type {
+		case fleet.ConditionType:
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		case corev1.NodeReady:
+			out.Status.Conditions = append(out.Status.Conditions, corev1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
 		}
 	}
 	return out, nil

@@ -60,7 +60,8 @@ func TestLoopsShareOneNodeInformer(t *testing.T) {
 
 // The informer keeps the node's own Node whole but for its managed fields
 // and images (the loops read its taints, labels, conditions), and of the
-// others only what the loops read (no taint, no kubelet condition).
+// others only what the loops read (no taint, no kubelet condition but
+// Ready's status).
 func TestNodeInformerTransform(t *testing.T) {
 	i := NewNodeInformer(nil, "self")
 	n := flexNode("self", "192.168.50.10", "10.244.0.0/24")
@@ -68,13 +69,14 @@ func TestNodeInformerTransform(t *testing.T) {
 	n.Spec.Taints = []corev1.Taint{{Key: DeletingTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"img"}, SizeBytes: 1}}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Message: "kubelet is posting ready status"},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse}}
 	got, err := i.transform(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	own := got.(*corev1.Node)
-	if !deleting(own) || own.Labels["pool"] != "edge" || len(own.Status.Conditions) != 1 || own.ManagedFields != nil || own.Status.Images != nil {
+	if !deleting(own) || own.Labels["pool"] != "edge" || len(own.Status.Conditions) != 2 || own.ManagedFields != nil || own.Status.Images != nil {
 		t.Errorf("own Node kept as %s", nodeJSON(own))
 	}
 	other := n.DeepCopy()
@@ -83,7 +85,9 @@ func TestNodeInformerTransform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := nodeJSON(got.(*corev1.Node)); !strings.Contains(s, "pool") || strings.Contains(s, DeletingTaint) || strings.Contains(s, "Ready") {
+	// Of the kubelet's conditions only Ready's status (the slots' rule).
+	if s := nodeJSON(got.(*corev1.Node)); !strings.Contains(s, "pool") || strings.Contains(s, DeletingTaint) || !strings.Contains(s, `"type":"Ready","status":"True"`) ||
+		strings.Contains(s, "DiskPressure") || strings.Contains(s, "posting") {
 		t.Errorf("another Node kept as %s", s)
 	}
 }
