@@ -127,12 +127,12 @@ func TestRestartedAgentRedoesAnInterruptedSwitch(t *testing.T) {
 	if n := h.switches.Load(); n != 2 {
 		t.Errorf("%d switches; want the interrupted one and one more", n)
 	}
+	if h := releasedWithin(t, rollout, 10*time.Second); len(h) != 0 {
+		t.Errorf("slots still held 10s after Updated: %v", h)
+	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.peakSlots > 1 {
 		t.Errorf("%d slots held at once by one node", pw.peakSlots)
-	}
-	if h := heldBy(t, rollout); len(h) != 0 {
-		t.Errorf("slots still held: %v", h)
 	}
 }

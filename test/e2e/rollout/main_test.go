@@ -133,6 +133,21 @@ func heldBy(t *testing.T, rollout string) map[string][]string {
 	return out
 }
 
+// releasedWithin waits up to d for every slot of rollout to be free and
+// returns what is still held then: a node reports Updated first and only
+// then releases its slot, so right after Updated it may still hold it.
+func releasedWithin(t *testing.T, rollout string, d time.Duration) map[string][]string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		h := heldBy(t, rollout)
+		if len(h) == 0 || time.Now().After(deadline) {
+			return h
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func listHolders(rollout string) (map[string][]string, error) {
 	store, err := fleet.NewSlotStore(cp.AdminConfig, nil, v1alpha1.Namespace)
 	if err != nil {
