@@ -78,7 +78,7 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 		t.Fatal(err)
 	}
 	if dir := os.Getenv("AKS_FLEX_NODE_BENCH_FLEETSIM_PROFILES"); dir != "" {
-		if err := f.heapProfiles(ctx, dir); err != nil {
+		if err := f.profiles(ctx, dir); err != nil {
 			t.Error(err)
 		}
 	}

@@ -84,10 +84,13 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 	for i := range opts.N {
 		f.names = append(f.names, nodeName(i))
 	}
-	// One core a worker: the machine has two, and a worker's garbage
-	// collector then takes its own core's time, not the others'.
+	// Each worker may use every core (GOMAXPROCS as the machine's): capped
+	// at one, a worker behind on its watches could not use a core another
+	// left idle, and its connections' HTTP/2 health checks (a ping
+	// unanswered for 15 s closes the connection and every watch on it)
+	// failed while the machine had time to spare.
 	for j := range k {
-		w, err := startWorker(j*opts.N/k, (j+1)*opts.N/k, 1, opts.Logf)
+		w, err := startWorker(j*opts.N/k, (j+1)*opts.N/k, opts.Logf)
 		if err != nil {
 			return f, err
 		}
@@ -227,13 +230,16 @@ func (f *Fleet) memory(ctx context.Context) (rss, heap float64, goroutines int, 
 	return rss, heap, goroutines, nil
 }
 
-// heapProfiles writes each worker's heap profile under dir.
-func (f *Fleet) heapProfiles(ctx context.Context, dir string) error {
+// profiles writes each worker's heap profile under dir, then a CPU
+// profile of each over the same 30 s.
+func (f *Fleet) profiles(ctx context.Context, dir string) error {
 	for _, w := range f.workers {
 		p := fmt.Sprintf("%s/heap-%d-%d.pprof", dir, w.lo, w.hi-1)
 		if err := w.call(ctx, "HeapProfile", p, new(int)); err != nil {
 			return err
 		}
 	}
-	return nil
+	return f.each(ctx, "CPUProfile", func(w *worker) (any, any) {
+		return ProfileArgs{Path: fmt.Sprintf("%s/cpu-%d-%d.pprof", dir, w.lo, w.hi-1), For: 30 * time.Second}, new(int)
+	}, nil)
 }

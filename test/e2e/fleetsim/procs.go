@@ -9,7 +9,6 @@ import (
 	"net/rpc"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -49,9 +48,9 @@ func (w *worker) call(ctx context.Context, method string, args, reply any) error
 	}
 }
 
-// startWorker runs the test binary again as the worker of nodes [lo, hi),
-// GOMAXPROCS procs; its log lines go to logf with its range before them.
-func startWorker(lo, hi, procs int, logf func(string, ...any)) (*worker, error) {
+// startWorker runs the test binary again as the worker of nodes [lo, hi);
+// its log lines go to logf with its range before them.
+func startWorker(lo, hi int, logf func(string, ...any)) (*worker, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("the test binary to run as a worker: %w", err)
@@ -70,7 +69,7 @@ func startWorker(lo, hi, procs int, logf func(string, ...any)) (*worker, error) 
 	}
 	w := &worker{lo: lo, hi: hi}
 	w.cmd = exec.Command(self)
-	w.cmd.Env = append(os.Environ(), workerEnv+"=1", "GOMAXPROCS="+strconv.Itoa(procs))
+	w.cmd.Env = append(os.Environ(), workerEnv+"=1")
 	w.cmd.ExtraFiles = []*os.File{toChild, toParent} // fd 3, fd 4
 	w.cmd.Stderr = errW
 	// Should the parent die without closing the pipes, the kernel ends

@@ -192,3 +192,24 @@ func (w *Worker) HeapProfile(path string, reply *int) error {
 	}
 	return f.Close()
 }
+
+// ProfileArgs name a file and how long to profile.
+type ProfileArgs struct {
+	Path string
+	For  time.Duration
+}
+
+// CPUProfile profiles the worker's CPU for a while into a file.
+func (w *Worker) CPUProfile(a ProfileArgs, reply *int) error {
+	f, err := os.Create(a.Path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	sleep(w.s.ctx, a.For)
+	pprof.StopCPUProfile()
+	return f.Close()
+}
