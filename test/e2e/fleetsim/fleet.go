@@ -136,6 +136,9 @@ func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.
 	if err := f.each(ctx, "Await", func(*worker) (any, any) { return AwaitArgs{Target: f.names[i], IP: ip}, new(int) }, nil); err != nil {
 		return nil, err
 	}
+	// From the moment the kubelet sends its post: on a server that queues
+	// it (APF), the wait is part of the change's way to the agents; the
+	// post's own time is logged beside.
 	t0 := time.Now()
 	for _, w := range f.workers {
 		if i >= w.lo && i < w.hi {
@@ -144,6 +147,7 @@ func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.
 			}
 		}
 	}
+	f.opts.Logf("fleetsim: Node %s's status post at %s took %s", f.names[i], ip, time.Since(t0).Round(time.Millisecond))
 	var took []time.Duration
 	missed := 0
 	err := f.each(ctx, "Arrivals", func(*worker) (any, any) { return timeout, new(Arrivals) }, func(_ *worker, r any) {
