@@ -85,10 +85,10 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ 
 		f.names = append(f.names, nodeName(i))
 	}
 	// Each worker may use every core (GOMAXPROCS as the machine's): capped
-	// at one, a worker behind on its watches could not use a core another
-	// left idle, and its connections' HTTP/2 health checks (a ping
-	// unanswered for 15 s closes the connection and every watch on it)
-	// failed while the machine had time to spare.
+	// at one, a worker behind on its watches cannot use a core another
+	// left idle. So capped, 300 nodes lost 79 HTTP/2 connections to their
+	// health check (a ping unanswered for 15 s closes the connection and
+	// every watch on it); uncapped, 1,000 lost none.
 	for j := range k {
 		w, err := startWorker(j*opts.N/k, (j+1)*opts.N/k, opts.Logf)
 		if err != nil {
