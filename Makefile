@@ -27,9 +27,11 @@ deps:
 # the others under a minute; the root module's integration 129 s):
 # - E2E_EARLY start at once, in the background, side by side: tokenrefresh
 #   watches a node for 6 minutes, mostly waiting, and join, repave and
-#   fleetrollout (four hosts through four rollouts, mostly waiting for
-#   soaks, leases and Ready) each take longer than everything else that
-#   runs meanwhile;
+#   fleetrollout (two tests side by side, four hosts each: TestFleetRollout
+#   through four rollouts, TestFleetWaves through a plan, a windowed
+#   canary rollout, a fleet rollback and a network cut; mostly waiting
+#   for soaks, leases, windows and Ready) each take longer than
+#   everything else that runs meanwhile;
 # - meanwhile the root module's tests, then the failpoints build's;
 # - then the rest of test/e2e, E2E_LONGEST first, two at a time (go test
 #   starts packages in the order it is given them).

@@ -176,7 +176,7 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 	if len(ps) > 0 {
 		return Staged{}, Problems(ps)
 	}
-	staged := s.Layout.BundlesDir() + "/oci-" + rem.Digest.Hex[:16]
+	staged := s.ociStaged(rem)
 	if err := s.track(s.Layout.BundlesDir(), staged); err != nil {
 		return Staged{}, err
 	}
@@ -215,6 +215,45 @@ func (s *Stager) stageOCI(ctx context.Context, ref string) (Staged, error) {
 	}
 	s.log().Info("pulled bundle", "ref", ref, "digest", rem.Digest.String(), "dir", staged, "bytes", n, "duration", time.Since(start).Round(time.Millisecond))
 	return Staged{Dir: dir, HostDir: staged, Pulled: true}, nil
+}
+
+// ociStaged is where the registry bundle rem is staged (a layout path).
+func (s *Stager) ociStaged(rem *Remote) string {
+	return s.Layout.BundlesDir() + "/oci-" + rem.Digest.Hex[:16]
+}
+
+// pulled is whether rem's bundle is staged whole (its marker names rem's
+// digest; Verify still checks its files before use).
+func (s *Stager) pulled(rem *Remote) bool {
+	b, err := os.ReadFile(filepath.Join(s.Layout.OnRoot(s.ociStaged(rem)), StagedMarker))
+	return err == nil && string(b) == rem.Digest.String()+"\n"
+}
+
+// StagingNeed is how many bytes staging ref (an oci:// source, expanded)
+// would still write under the bundles dir: its files and its manifest,
+// less the files an earlier pull of the same artifact left whole; 0 when
+// it is staged. Only the two manifests are fetched, so a plan can say a
+// disk is too small before a byte of the bundle is pulled.
+func (s *Stager) StagingNeed(ctx context.Context, ref string) (uint64, error) {
+	rem, ps := Registry{PlainHTTP: s.PlainHTTP}.Inspect(ctx, ref, s.Want, s.arch())
+	if len(ps) > 0 {
+		return 0, Problems(ps)
+	}
+	if s.pulled(rem) {
+		return 0, nil
+	}
+	dir := s.Layout.OnRoot(s.ociStaged(rem))
+	need := uint64(len(rem.config))
+	for title, l := range rem.layers {
+		// A file a killed pull finished is kept by the resumed one.
+		if fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(title))); err == nil && fi.Mode().IsRegular() && fi.Size() == l.Size {
+			continue
+		}
+		if l.Size > 0 {
+			need += uint64(l.Size)
+		}
+	}
+	return need, nil
 }
 
 // removeTempFiles removes the temp files writeStream and writeTemp make

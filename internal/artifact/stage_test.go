@@ -3,6 +3,7 @@ package artifact
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -289,5 +290,70 @@ func TestStageOCIRemovesTempFilesOfAKilledPull(t *testing.T) {
 	}
 	if _, err := os.Lstat(tmp); !os.IsNotExist(err) {
 		t.Fatalf("the killed pull's temp file is still there: %v", err)
+	}
+}
+
+// StagingNeed says what a stage would still pull: the whole bundle at
+// first (its files and manifest, from the registry's manifests, no file
+// downloaded), what is missing after a partial pull, nothing once staged.
+func TestStagingNeed(t *testing.T) {
+	ctx := context.Background()
+	var blobGets atomic.Int32
+	host := testRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				blobGets.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	ref := "oci://" + host + "/aks-flex/bootstrap-artifacts:k8s-" + testComponents.Kubernetes
+	built := builtBundle(t)
+	if _, err := (Registry{}).Push(ctx, built, ref); err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	if err := filepath.WalkDir(built, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, _ := d.Info()
+			want += uint64(fi.Size())
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := testStager(t, ref, nil)
+	need, err := s.StagingNeed(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need != want {
+		t.Errorf("need before a pull %d bytes, the bundle is %d", need, want)
+	}
+	if n := blobGets.Load(); n != 1 { // the bundle manifest (config blob)
+		t.Errorf("StagingNeed fetched %d blobs, want 1 (manifest.json)", n)
+	}
+	st, err := s.Stage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need, err := s.StagingNeed(ctx, ref); err != nil || need != 0 {
+		t.Errorf("need once staged: %d %v, want 0", need, err)
+	}
+	// A pull killed after all but the kubelet: its marker not written yet.
+	kubelet := filepath.Join(st.Dir, kubeletPath(testComponents))
+	fi, err := os.Stat(kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(st.Dir, StagedMarker)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(kubelet); err != nil {
+		t.Fatal(err)
+	}
+	// The bundle manifest is counted: the pull writes it with the files.
+	if need, err := s.StagingNeed(ctx, ref); err != nil || need <= uint64(fi.Size()) || need >= want {
+		t.Errorf("need after a partial pull: %d %v, want the kubelet's %d bytes and the manifest's, less than %d", need, err, fi.Size(), want)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -61,11 +59,9 @@ func (s *Stager) BundleImage(ctx context.Context) (*BundleImage, error) {
 	if wi == nil {
 		return nil, nil
 	}
-	staged := s.Layout.BundlesDir() + "/oci-" + rem.Digest.Hex[:16]
+	staged := s.ociStaged(rem)
 	b := &BundleImage{Ref: rem.Manifest.WorkerImageRef(staged), Digest: wi.Digest}
-	if m, err := os.ReadFile(filepath.Join(s.Layout.OnRoot(staged), StagedMarker)); err == nil && string(m) == rem.Digest.String()+"\n" {
-		b.Staged = true
-	}
+	b.Staged = s.pulled(rem)
 	b.Remote = func(ctx context.Context) (v1.Image, error) { return reg.WorkerImage(ctx, rem) }
 	return b, nil
 }

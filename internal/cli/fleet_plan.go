@@ -24,8 +24,12 @@ const maxRolloutFile = 1 << 20
 const fleetTimeout = 30 * time.Second
 
 const fleetPlanLong = `Apply a FlexNodeRollout with spec.strategy.mode Plan: every node it selects
-stages the release and runs start's preflight against it on its own host,
-and reports its verdict on its FlexNodeRelease condition; nothing drains.
+runs the repave's preflight against the release on its own host (cgroups,
+kernel modules, disk space for another side, room for the release's bundle
+from its manifests before any pull, the bundle's verification, the worker
+image and its contract through the node's own proxy and mirror, the new
+kubelet's skew against the API server), stages the release and reports its
+verdict on its FlexNodeRelease condition; nothing drains.
 The rollout's status then says how many are ready ("staged 198/200: 2
 failed (names, reasons)"): see aks-flex-node fleet status NAME, or
 kubectl get fnr NAME -o yaml.

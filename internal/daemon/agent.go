@@ -73,9 +73,9 @@ func New(c *config.Config, l layout.Layout, log *slog.Logger, opts ...Option) (*
 		}
 		// The fleet's rollouts (a node whose AKS Machine is its goal
 		// reports ManagedElsewhere and never takes a slot).
-		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Events: rec, Evidence: o.evidence}))
+		a.Loops = append(a.Loops, FollowRollout(&RolloutFollower{Keeper: keeper, Config: c, Nodes: nodes, Events: rec, Evidence: o.evidence}))
 		// Every agent is a candidate for writing the rollouts' status.
-		a.Loops = append(a.Loops, WriteRolloutStatus(&RolloutStatusWriter{NodeName: c.Agent.NodeName, Log: log, Metrics: reg,
+		a.Loops = append(a.Loops, WriteRolloutStatus(&RolloutStatusWriter{NodeName: c.Agent.NodeName, Nodes: nodes, Log: log, Metrics: reg,
 			Config: func() (*rest.Config, error) {
 				return node.ClientConfig(c, l, l.OnRoot(l.MachineDir(state.Open(l).ActiveMachine())))
 			}}))

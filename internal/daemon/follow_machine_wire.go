@@ -110,6 +110,9 @@ type repaveSettings struct {
 	Drain drain.Options
 	// Observer is told each phase and task.
 	Observer task.Observer
+	// Nodes, when set, serves the repave's reads of the node's own Node
+	// that a possibly stale answer will do (cachedReads).
+	Nodes *NodeInformer
 }
 
 // newRepave is the repave of the joined node to config c (the config
@@ -143,6 +146,9 @@ func repaveOptions(l layout.Layout, log *slog.Logger, c *config.Config, s repave
 			Observer: s.Observer, Drain: s.Drain},
 		KubernetesVersion: c.Components.Kubernetes,
 		DrainTimeout:      s.DrainTimeout,
+	}
+	if s.Nodes != nil {
+		o.NewClient = repaveClient(s.Nodes)
 	}
 	pf := lifecycle.Preflight{Env: &preflight.Env{Root: l.Root(), ConfigFile: l.ConfigFile(), Layout: l}, Report: out}
 	return o, applied, pf, nil

@@ -30,6 +30,10 @@ type RolloutFollower struct {
 	Keeper *MachineKeeper
 	// Config is the config the agent loaded.
 	Config *config.Config
+	// Nodes is the process's Node informer, which the rollout agent
+	// reads (started here with the loop's context unless another loop
+	// did).
+	Nodes  *NodeInformer
 	Events *events.Recorder
 	// Evidence gathers a failed node's evidence (issue 30,
 	// follow_rollout_evidence.go).
@@ -47,11 +51,11 @@ func FollowRollout(f *RolloutFollower) Loop {
 // joined and the cluster serves the rollouts to this node.
 func (f *RolloutFollower) Follow(ctx context.Context) error {
 	k := f.Keeper
-	if joined, err := k.joined(); err != nil || !joined {
-		return err
+	if f.Nodes == nil {
+		return fmt.Errorf("%s: no Node informer (RolloutFollower.Nodes)", followRolloutLoop)
 	}
-	a, err := state.Open(k.Layout).Applied()
-	if err != nil || a == nil || a.NodeName == "" {
+	nodeName, err := f.joinedNode(ctx)
+	if err != nil || nodeName == "" {
 		return err
 	}
 	if !f.noFleet.due(time.Now()) {
@@ -62,8 +66,12 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", followRolloutLoop, err)
 	}
+	// Whether the cluster serves the rollouts to this node, asked of the
+	// API server's watch cache (resourceVersion 0, as the agent's
+	// informer lists them next), never of etcd: a fleet restarting at
+	// once must not cost etcd a read per agent.
 	lctx, cancel := context.WithTimeout(ctx, kubeclient.AgentLoop.Timeout)
-	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{Limit: 1})
+	_, err = cl.Rollouts.List(lctx, metav1.ListOptions{ResourceVersion: "0"})
 	cancel()
 	if notServed(err) {
 		wait := f.noFleet.absent(time.Now())
@@ -74,15 +82,17 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 		return fmt.Errorf("%s: list the rollouts: %w", followRolloutLoop, err)
 	}
 	f.noFleet.present()
+	f.Nodes.Start(ctx)
 	// A node that follows an AKS Machine (in ARM, or through the
 	// cluster) is AKS's to disrupt: it never takes a slot.
 	managed := f.Config.HasMachine()
 	agent := &fleet.Agent{
-		NodeName: a.NodeName,
+		NodeName: nodeName,
 		Host: &rolloutHost{layout: k.Layout, config: f.Config, log: k.Log, control: k.Control,
-			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: a.NodeName,
+			client: nodeClientFor(f.Config, k.Layout, kubeclient.AgentLoop), nodeName: nodeName, nodes: f.Nodes,
 			evidence: f.Evidence}, // issue 30
 		Connect:          connect,
+		Nodes:            f.Nodes,
 		RecordPath:       k.Layout.OnRoot(k.Layout.RolloutRecord()),
 		ManagedElsewhere: managed,
 		Events:           f.Events,
@@ -94,6 +104,40 @@ func (f *RolloutFollower) Follow(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", followRolloutLoop, err)
+}
+
+// joinPoll is how often a follower on a host that has not joined yet
+// looks for the join (a stat and a read of local state, no request): a
+// rollout applied just after a join must not wait for the loop's next
+// interval (a minute) before this node follows it.
+const joinPoll = 2 * time.Second
+
+// joinedNode waits until the host has joined and returns its node's name;
+// "" with a nil error when ctx ends first.
+func (f *RolloutFollower) joinedNode(ctx context.Context) (string, error) {
+	k := f.Keeper
+	tick := time.NewTicker(joinPoll)
+	defer tick.Stop()
+	for {
+		joined, err := k.joined()
+		if err != nil {
+			return "", err
+		}
+		if joined {
+			a, err := state.Open(k.Layout).Applied()
+			if err != nil {
+				return "", err
+			}
+			if a != nil && a.NodeName != "" {
+				return a.NodeName, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil
+		case <-tick.C:
+		}
+	}
 }
 
 // rolloutClients makes the agent's clients with the node's credential

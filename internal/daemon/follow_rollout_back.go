@@ -33,7 +33,7 @@ func (h *rolloutHost) SwitchBack(ctx context.Context, drainTimeout time.Duration
 		return err
 	}
 	obs := &phaseObserver{ctx: ctx}
-	o, applied, pf, err := repaveOptions(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout,
+	o, applied, pf, err := repaveOptions(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout, Nodes: h.nodes,
 		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
 	if err != nil {
 		return err

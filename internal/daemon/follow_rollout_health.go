@@ -95,13 +95,9 @@ func (h *rolloutHost) Healthy(ctx context.Context) error {
 		h.baseline, b = nb, nb
 		h.mu.Unlock()
 	}
-	cs, err := h.client()
+	n, err := h.ownNode(ctx)
 	if err != nil {
-		return fmt.Errorf("the node's credential: %w", err)
-	}
-	n, err := cs.CoreV1().Nodes().Get(ctx, h.nodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("get Node %s: %w", h.nodeName, err)
+		return err
 	}
 	if !nodeReady(n) {
 		return &fleet.StepError{Step: fleet.StepSoak, Reason: "NodeNotReady", Err: fmt.Errorf("Node %s is not Ready", h.nodeName)}
@@ -117,6 +113,27 @@ func (h *rolloutHost) Healthy(ctx context.Context) error {
 		}
 	}
 	return h.podsBack(ctx, b)
+}
+
+// ownNode is the node's own Node as the process's informer holds it: a
+// soak probes every few seconds for minutes, and a Ready a moment stale
+// only moves the probe that sees it by that moment. The server is asked
+// only before the informer holds it.
+func (h *rolloutHost) ownNode(ctx context.Context) (*corev1.Node, error) {
+	if h.nodes != nil {
+		if n, ok := h.nodes.Node(h.nodeName); ok {
+			return n, nil
+		}
+	}
+	cs, err := h.client()
+	if err != nil {
+		return nil, fmt.Errorf("the node's credential: %w", err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, h.nodeName, metav1.GetOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("get Node %s: %w", h.nodeName, err)
+	}
+	return n, nil
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -179,7 +196,10 @@ func (h *rolloutHost) listPods(ctx context.Context) ([]corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the node's credential: %w", err)
 	}
-	l, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + h.nodeName})
+	// From the API server's watch cache (resourceVersion 0; it indexes
+	// pods by node): the soak asks every few seconds, and a list a moment
+	// stale only delays the probe that sees the pods back.
+	l, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + h.nodeName, ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("list the pods on Node %s: %w", h.nodeName, err)
 	}

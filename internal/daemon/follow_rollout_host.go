@@ -40,6 +40,9 @@ type rolloutHost struct {
 	control  *machine.Control
 	client   func() (kubeclient.Interface, error)
 	nodeName string
+	// nodes is the process's Node informer: the soak's and the repave's
+	// reads of the node's own Node where a stale one will do.
+	nodes *NodeInformer
 
 	mu       sync.Mutex
 	baseline *soakBaseline // what the soak compares with; nil until known
@@ -178,7 +181,7 @@ func (h *rolloutHost) Switch(ctx context.Context, rel v1alpha1.Release, drainTim
 		return err
 	}
 	obs := &phaseObserver{ctx: ctx}
-	r, pf, err := newRepave(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout,
+	r, pf, err := newRepave(h.layout, h.log, c, repaveSettings{Loop: followRolloutLoop, DrainTimeout: drainTimeout, Nodes: h.nodes,
 		Drain: drain.Options{IgnoreDaemonSets: true}, Observer: obs})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
+	"github.com/Azure/aks-flex-node/internal/preflight"
 	"github.com/Azure/aks-flex-node/internal/transport"
 )
 
@@ -42,7 +44,7 @@ func fetchReason(err error, def string) string {
 	var netErr net.Error
 	var refused *lifecycle.RefusedError
 	switch {
-	case errors.Is(err, syscall.ENOSPC) || strings.Contains(msg, "no space left on device"):
+	case errors.Is(err, syscall.ENOSPC) || strings.Contains(msg, "no space left on device") || refusedFor(err, preflight.NameDiskSpace, preflight.NameStagingSpace):
 		return "DiskFull"
 	case errors.As(err, &mismatch) || (strings.Contains(msg, "sha256") && (strings.Contains(msg, "!=") || strings.Contains(msg, "mismatch"))):
 		return "ChecksumMismatch"
@@ -55,6 +57,21 @@ func fetchReason(err error, def string) string {
 		return "PreflightRefused"
 	}
 	return def
+}
+
+// refusedFor is whether err is a preflight refusal with a failed check
+// among names.
+func refusedFor(err error, names ...string) bool {
+	var refused *lifecycle.RefusedError
+	if !errors.As(err, &refused) {
+		return false
+	}
+	for _, c := range refused.Failed {
+		if slices.Contains(names, c.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // switchError is a failed repave as the rollout reports it, by the phase

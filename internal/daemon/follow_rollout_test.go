@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/drain"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/lifecycle"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
@@ -52,6 +54,8 @@ func TestStageReasons(t *testing.T) {
 		{errors.New("GET https://127.0.0.1:5000/v2/w/manifests/sha256:00: MANIFEST_UNKNOWN: manifest unknown"), "ImageNotFound"},
 		{fmt.Errorf("pull: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), "RegistryUnreachable"},
 		{&lifecycle.RefusedError{Failed: []preflight.CheckResult{{Name: "worker-image", Message: "not for this platform"}}}, "PreflightRefused"},
+		{&lifecycle.RefusedError{Failed: []preflight.CheckResult{{Name: "staging-space", Message: "the bundle does not fit"}}}, "DiskFull"},
+		{&lifecycle.RefusedError{Failed: []preflight.CheckResult{{Name: "version-skew", Message: "newer"}, {Name: "disk-space", Message: "1.0 GiB free"}}}, "DiskFull"},
 		{errors.New("something else"), "StageFailed"},
 	} {
 		var se *fleet.StepError
@@ -210,5 +214,50 @@ func TestAgentFollowsRollouts(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%s: %d follow-rollout loops", example, n)
 		}
+	}
+}
+
+// A follower started before the join follows as soon as the host has
+// joined, not a loop interval (a minute) later: its pass waits for the
+// join instead of ending. Here the join's marker and state appear while
+// it waits, and it goes on to connect (which fails: this host has no
+// credential).
+func TestRolloutFollowerWaitsForTheJoin(t *testing.T) {
+	l, err := layout.New(t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load("../../examples/acl-bootstrap-token.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &RolloutFollower{Keeper: &MachineKeeper{Layout: l, Log: slog.New(slog.DiscardHandler)}, Config: c,
+		Nodes: NewNodeInformer(func() (kubeclient.Interface, error) { return nil, errors.New("no client in this test") }, "n1")}
+	done := make(chan error, 1)
+	go func() { done <- f.Follow(t.Context()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("follow ended before the join: %v", err)
+	case <-time.After(2 * joinPoll):
+	}
+	dir := l.OnRoot(l.StateDir())
+	for _, p := range []string{dir, filepath.Dir(l.OnRoot(l.JoinedMarker()))} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := state.OpenDir(dir).SaveApplied(state.Applied{NodeName: "n1", Machine: "kube1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.OnRoot(l.JoinedMarker()), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "credential") {
+			t.Fatalf("follow after the join: %v, want the node's credential missing", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("follow did not go on within a minute of the join")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
@@ -241,9 +242,10 @@ func TestPodRoutesNodeChangeReachesRoutesWithoutList(t *testing.T) {
 	}
 }
 
-// The cache keeps of a Node what the routes read (name, UID, version,
-// pod CIDRs, InternalIPs) and nothing else.
-func TestPodRoutesCacheKeepsOnlyWhatRoutesNeed(t *testing.T) {
+// The cache keeps of another Node what the loops read (name, UID,
+// version, pod CIDRs and InternalIPs for the routes; labels and the
+// FlexNodeRelease condition for the rollouts) and nothing else.
+func TestPodRoutesCacheKeepsOnlyWhatTheLoopsNeed(t *testing.T) {
 	n := flexNode("a", "192.168.50.11", "10.244.1.0/24")
 	n.UID, n.ResourceVersion = "u-1", "7"
 	n.Labels = map[string]string{"kubernetes.io/hostname": "a"}
@@ -252,16 +254,24 @@ func TestPodRoutesCacheKeepsOnlyWhatRoutesNeed(t *testing.T) {
 	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
 	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "a"})
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	fleet.SetNodeRelease(n, fleet.NodeRelease{Rollout: "edge-b", Generation: 2, Phase: fleet.PhaseUpdated}, time.Unix(1e9, 0))
+	release := n.Status.Conditions[1]
 	n.Status.Images = []corev1.ContainerImage{{Names: []string{"img"}, SizeBytes: 1}}
-	got, err := podRouteNode(n)
+	n.Status.NodeInfo.BootID = "boot"
+	n.Spec.Unschedulable = true
+	got, err := peerNode(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u-1", ResourceVersion: "7"},
-		Spec:   corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}},
-		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.50.11"}}}}
+	want := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u-1", ResourceVersion: "7", Labels: n.Labels},
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.50.11"}},
+			Conditions: []corev1.NodeCondition{release}}}
 	if nodeJSON(got.(*corev1.Node)) != nodeJSON(want) {
 		t.Fatalf("kept %s\nwant %s", nodeJSON(got.(*corev1.Node)), nodeJSON(want))
+	}
+	if r, ok, err := fleet.ReadNodeRelease(got.(*corev1.Node)); !ok || err != nil || r.Phase != fleet.PhaseUpdated {
+		t.Errorf("the rollouts read %+v %v %v of the kept Node", r, ok, err)
 	}
 	if peerOf(got.(*corev1.Node)) != peerOf(n) {
 		t.Fatalf("the routes read %+v of the kept Node, %+v of the Node", peerOf(got.(*corev1.Node)), peerOf(n))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/node"
@@ -23,7 +24,9 @@ import (
 )
 
 // NodeInformer is the agent process's one copy of the Nodes, shared by
-// every loop that reads them (keep-pod-routes, keep-node-object): kept by
+// every loop that reads them (keep-pod-routes, keep-node-object,
+// follow-machine, follow-rollout's fleet.Agent and the status writer,
+// write-rollout-status: it is their fleet.NodeInformer): kept by
 // client-go's informer (a reflector), so the agent's cost on the API
 // server is one list and one open watch whatever its loops and passes.
 // The list is served from the API server's watch cache
@@ -33,8 +36,9 @@ import (
 // re-listed; the informer lists again only when a watch's version has
 // expired (410) or after an error, with the reflector's jittered
 // exponential backoff (0.8 s doubling to 30 s). Each Node is kept only as
-// far as the loops read it (nodeInformerTransform): the others' routing
-// fields, and the agent's own Node nearly whole.
+// far as the loops read it (transform): the agent's own Node nearly
+// whole, the others' name, UID, routing fields, labels and
+// FlexNodeRelease condition (peerNode).
 type NodeInformer struct {
 	client func() (kubeclient.Interface, error)
 	self   string
@@ -45,10 +49,12 @@ type NodeInformer struct {
 	subs    []subscriber
 }
 
-// subscriber is a loop's channel of changes and which changes it wants.
+// subscriber is a loop's channel of changes and which changes it wants;
+// done, when set, ends the subscription (Follow).
 type subscriber struct {
 	ch      chan struct{}
 	matters func(old, cur *corev1.Node) bool
+	done    <-chan struct{}
 }
 
 // NewNodeInformer is the informer over the Nodes as client sees them
@@ -122,9 +128,29 @@ func (i *NodeInformer) Subscribe(matters func(old, cur *corev1.Node) bool) <-cha
 	return s.ch
 }
 
+// Follow is Subscribe for as long as ctx lasts: an elected status
+// writer's term, a run of the rollout agent. matters is called for every
+// update, on the informer's goroutine (it must be quick and may record
+// what it sees: the status writer queues its phase-change Events there).
+func (i *NodeInformer) Follow(ctx context.Context, matters func(old, cur *corev1.Node) bool) <-chan struct{} {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	s := subscriber{ch: make(chan struct{}, 1), matters: matters, done: ctx.Done()}
+	i.subs = append(i.subs, s)
+	return s.ch
+}
+
 func (i *NodeInformer) signal(old, cur *corev1.Node) {
 	i.mu.Lock()
-	subs := i.subs
+	// Subscriptions whose context ended are dropped here, at the next
+	// change, rather than by a goroutine each.
+	subs := i.subs[:0:0]
+	for _, s := range i.subs {
+		if s.done == nil || !closed(s.done) {
+			subs = append(subs, s)
+		}
+	}
+	i.subs = subs
 	i.mu.Unlock()
 	for _, s := range subs {
 		if old == nil || cur == nil || s.matters(old, cur) {
@@ -133,6 +159,15 @@ func (i *NodeInformer) signal(old, cur *corev1.Node) {
 			default: // one token is pending: the reader reads everything
 			}
 		}
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -198,6 +233,22 @@ func (i *NodeInformer) Nodes() map[string]*corev1.Node {
 	return out
 }
 
+// List is the cache's Nodes, each the cache's, not to change.
+func (i *NodeInformer) List() []*corev1.Node {
+	c := i.current()
+	if c == nil {
+		return nil
+	}
+	objs := c.store.List()
+	out := make([]*corev1.Node, 0, len(objs))
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Node is the cached Node name (the cache's, not to change), and whether
 // the cache has it: after WaitSynced, absent means the server has none.
 func (i *NodeInformer) Node(name string) (*corev1.Node, bool) {
@@ -214,36 +265,51 @@ func (i *NodeInformer) Node(name string) (*corev1.Node, bool) {
 }
 
 // transform keeps of the agent's own Node all but its managed fields and
-// image list (the loops read its taints, labels and conditions; the
-// kubelet's image list is the largest part of a Node), and of every
-// other Node only what the routes read (podRouteNode).
+// image list (the loops read its taints, labels, conditions, cordon and
+// boot; the kubelet's image list is the largest part of a Node), and of
+// every other Node only what some loop reads of it (peerNode).
 func (i *NodeInformer) transform(o any) (any, error) {
 	n, ok := o.(*corev1.Node)
 	if !ok || n.Name != i.self || i.self == "" {
-		return podRouteNode(o)
+		return peerNode(o)
 	}
 	out := n.DeepCopy()
 	out.ManagedFields, out.Status.Images = nil, nil
 	return out, nil
 }
 
-// podRouteNode is what the cache keeps of a Node: its name, UID and
-// version, its pod CIDRs and its InternalIPs, all peerOf and the pod
-// CIDR checks read; the rest (status, images, managed fields, labels) is
-// dropped before it is stored, so a thousand Nodes cost a few hundred
-// kilobytes, not the list's megabytes.
-func podRouteNode(o any) (any, error) {
+// peerNode is what the cache keeps of another node's Node, the union of
+// what the loops read of it, no more:
+//   - name, UID and version: every reader (the slots judge a holder's
+//     Node by its UID);
+//   - pod CIDRs and InternalIPs: keep-pod-routes (peerOf, the pod CIDR
+//     checks);
+//   - labels: the rollouts' node selectors (the rollout agent's peers
+//     and maxUnavailable, the status writer's counts);
+//   - the FlexNodeRelease condition alone: the other nodes' phases (the
+//     agent's slots in use, the status writer's aggregate and Events).
+//
+// The rest (the kubelet's conditions and images, annotations, managed
+// fields, node info) is dropped before it is stored. A kubelet's Node is
+// 8-10 KB as JSON (more decoded); what is kept is a few hundred bytes
+// (labels most of it), so 5,000 Nodes cost a few megabytes per agent.
+func peerNode(o any) (any, error) {
 	n, ok := o.(*corev1.Node)
 	if !ok {
 		return o, nil // a tombstone (cache.DeletedFinalStateUnknown): kept as it is
 	}
 	out := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels},
 		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == fleet.ConditionType {
+			out.Status.Conditions = []corev1.NodeCondition{c}
 		}
 	}
 	return out, nil

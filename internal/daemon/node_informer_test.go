@@ -60,7 +60,7 @@ func TestLoopsShareOneNodeInformer(t *testing.T) {
 
 // The informer keeps the node's own Node whole but for its managed fields
 // and images (the loops read its taints, labels, conditions), and of the
-// others only what the routes read.
+// others only what the loops read (no taint, no kubelet condition).
 func TestNodeInformerTransform(t *testing.T) {
 	i := NewNodeInformer(nil, "self")
 	n := flexNode("self", "192.168.50.10", "10.244.0.0/24")
@@ -83,7 +83,40 @@ func TestNodeInformerTransform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := nodeJSON(got.(*corev1.Node)); strings.Contains(s, "pool") || strings.Contains(s, DeletingTaint) {
+	if s := nodeJSON(got.(*corev1.Node)); !strings.Contains(s, "pool") || strings.Contains(s, DeletingTaint) || strings.Contains(s, "Ready") {
 		t.Errorf("another Node kept as %s", s)
+	}
+}
+
+// The repave's reads of the node's own Node that allow any version come
+// from the informer, with no request; a fresh read, and another node's,
+// go to the server.
+func TestCachedReadsServeOnlyStaleAllowedReadsOfTheOwnNode(t *testing.T) {
+	self := flexNode("self", "192.168.50.10", "10.244.0.0/24")
+	self.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	k, api, _ := stubKeeper(t, 50*time.Millisecond, self, flexNode("a", "192.168.50.11", "10.244.1.0/24"))
+	nodes := NewNodeInformer(k.Client, "self")
+	nodes.Start(t.Context())
+	if err := nodes.WaitSynced(t.Context(), "test", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := k.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cachedReads{cs, nodes}.CoreV1().Nodes()
+	for range 5 {
+		n, err := c.Get(t.Context(), "self", metav1.GetOptions{ResourceVersion: "0"})
+		if err != nil || !nodeReady(n) {
+			t.Fatalf("own Node from the informer: %v %v", n, err)
+		}
+	}
+	if got := api.otherRequests(); len(got) != 0 {
+		t.Fatalf("stale-allowed reads of the own Node sent %v", got)
+	}
+	_, _ = c.Get(t.Context(), "self", metav1.GetOptions{})
+	_, _ = c.Get(t.Context(), "a", metav1.GetOptions{ResourceVersion: "0"})
+	if got := api.otherRequests(); len(got) != 2 {
+		t.Errorf("a fresh read and another node's read sent %v, want 2 requests", got)
 	}
 }

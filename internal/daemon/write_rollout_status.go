@@ -38,8 +38,12 @@ type RolloutStatusWriter struct {
 	// shares one among many candidates); nil: one made from Config's
 	// config at each term.
 	HTTPClient *http.Client
-	Log        *slog.Logger
-	Metrics    *metrics.Registry
+	// Nodes is the process's Node informer: an elected writer reads the
+	// Nodes there (it starts it with the loop's context unless another
+	// loop did), never through an informer of its own.
+	Nodes   *NodeInformer
+	Log     *slog.Logger
+	Metrics *metrics.Registry
 	// LeaseDuration and Election's periods: zero values are the fleet
 	// package's defaults (tests shorten them).
 	LeaseDuration time.Duration
@@ -61,6 +65,9 @@ func WriteRolloutStatus(w *RolloutStatusWriter) Loop {
 // serve the rollouts to nodes (`cluster prepare --fleet` not applied: no
 // CRD, or no RBAC) a list after a doubling wait (noFleet).
 func (w *RolloutStatusWriter) Term(ctx context.Context) error {
+	if w.Nodes == nil {
+		return errors.New(writeRolloutStatusLoop + ": no Node informer (RolloutStatusWriter.Nodes)")
+	}
 	if !w.noFleet.due(time.Now()) {
 		return nil
 	}
@@ -107,7 +114,10 @@ func (w *RolloutStatusWriter) Term(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sw, err := fleet.NewStatusWriter(cfg, hc, lock.Identity(), w.Log)
+	// The loop's context, not the term's: the informer outlives a term
+	// (the other loops read it too).
+	w.Nodes.Start(ctx)
+	sw, err := fleet.NewStatusWriter(cfg, hc, w.Nodes, lock.Identity(), w.Log)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/Azure/aks-flex-node/internal/config"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
 
@@ -37,6 +38,9 @@ func TestWriteRolloutStatusCampaignsOnlyForRollouts(t *testing.T) {
 			var requests []string
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				q := r.URL.Query()
+				if r.URL.Path == "/api/v1/nodes" {
+					return // the process's Node informer's, in parallel (404: it keeps trying)
+				}
 				desc := r.Method + " " + r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 				if strings.Contains(r.URL.Path, "flexnodeslots") {
 					desc = r.Method + " flexnodeslots"
@@ -61,7 +65,7 @@ func TestWriteRolloutStatusCampaignsOnlyForRollouts(t *testing.T) {
 				}
 			}))
 			defer srv.Close()
-			w := &RolloutStatusWriter{NodeName: "n1", Log: slog.New(slog.DiscardHandler),
+			w := &RolloutStatusWriter{NodeName: "n1", Log: slog.New(slog.DiscardHandler), Nodes: testInformer(srv.URL),
 				Config: func() (*rest.Config, error) { return &rest.Config{Host: srv.URL}, nil }}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -128,7 +132,7 @@ func TestWriteRolloutStatusWaitsOnAClusterWithoutTheFleet(t *testing.T) {
 			w.WriteHeader(code)
 			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d}`, reason, code)
 		}))
-		w := &RolloutStatusWriter{NodeName: "n1", Log: slog.New(slog.DiscardHandler),
+		w := &RolloutStatusWriter{NodeName: "n1", Log: slog.New(slog.DiscardHandler), Nodes: testInformer(srv.URL),
 			Config: func() (*rest.Config, error) { return &rest.Config{Host: srv.URL}, nil }}
 		for range 3 {
 			if err := w.Term(context.Background()); err != nil {
@@ -144,4 +148,11 @@ func TestWriteRolloutStatusWaitsOnAClusterWithoutTheFleet(t *testing.T) {
 			t.Errorf("%d: the second wait is %v, want it doubled to 2m", code, d)
 		}
 	}
+}
+
+// testInformer is a Node informer over the server at host, as the node.
+func testInformer(host string) *NodeInformer {
+	return NewNodeInformer(func() (kubeclient.Interface, error) {
+		return kubeclient.New(&rest.Config{Host: host}, kubeclient.Follow)
+	}, "n1")
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -78,12 +77,13 @@ func Progress(ctx context.Context, step string) {
 	}
 }
 
-// NodeClient is the Nodes as the node's credential reaches them:
-// kubeclient's Nodes and client-go's typed client both are one.
+// NodeClient is the Nodes as the node's credential reaches them, for
+// what the agent writes (its condition, its evidence) and the one read
+// the informer cannot answer (a slot holder's Node it does not hold):
+// kubeclient's Nodes and client-go's typed client both are one. The
+// agent reads every other Node from Agent.Nodes.
 type NodeClient interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
-	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Node, error)
 }
 
@@ -108,9 +108,9 @@ type Metrics interface {
 }
 
 // Agent is one node's part of the fleet's rollouts, with no controller
-// (DESIGN decision 12): it follows the rollouts and the Nodes through
-// informers (a list from the watch cache, then a watch; never a timer's
-// re-list), picks the rollout that selects its Node, and moves the node
+// (DESIGN decision 12): it follows the rollouts through an informer and
+// the Nodes through the process's (a list from the watch cache, then a
+// watch; never a timer's re-list), picks the rollout that selects its Node, and moves the node
 // through it: compare, stage, take a slot, switch, soak, release;
 // reporting each phase on the Node's FlexNodeRelease condition, as an
 // Event and in the Record (so a restarted agent resumes where it was).
@@ -120,6 +120,10 @@ type Agent struct {
 	Host     Host
 	// Connect makes the API clients (see Clients).
 	Connect func() (Clients, error)
+	// Nodes is the process's Node informer (the daemon's NodeInformer),
+	// started and kept by its owner; the agent reads every Node from it
+	// and asks the server only for its writes.
+	Nodes NodeInformer
 	// RecordPath is the Record's file (layout.RolloutRecord on the root).
 	RecordPath string
 	// ManagedElsewhere is a node whose config follows an AKS Machine
@@ -231,6 +235,9 @@ func (a *Agent) reconnect() error {
 // or an error that stopped it before it could follow (the first
 // connection, the Record).
 func (a *Agent) Run(ctx context.Context) error {
+	if a.Nodes == nil {
+		return errors.New("the rollout agent needs the process's Node informer (Agent.Nodes)")
+	}
 	if err := a.reconnect(); err != nil {
 		return err
 	}

@@ -19,18 +19,18 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
 
-// agentCache is the agent's view of the cluster: the rollouts and the
-// Nodes, each kept by a client-go informer (one list from the API
-// server's watch cache, resourceVersion 0, then a watch from there; a
-// re-list only after a watch's version expired or an error, with the
-// reflector's jittered backoff), so the agent's steady cost on the API
-// server is two open watches (DESIGN decision 13). Each Node is kept only
-// as far as the rollouts need it (rolloutNode). changed gets a token at
-// every change that can move this node.
+// agentCache is the agent's view of the cluster: the rollouts, kept by a
+// client-go informer of the agent's (one list from the API server's
+// watch cache, resourceVersion 0, then a watch from there; a re-list
+// only after a watch's version expired or an error, with the
+// reflector's jittered backoff), and the Nodes, read from the process's
+// one Node informer (Agent.Nodes), so the agent adds one open watch to
+// the process's cost on the API server (DESIGN decision 13). changed
+// gets a token at every change that can move this node.
 type agentCache struct {
 	rollouts cache.Store
-	nodes    cache.Store
-	synced   []cache.InformerSynced
+	nodes    NodeInformer
+	synced   cache.InformerSynced
 	changed  chan struct{}
 
 	mu      sync.Mutex
@@ -42,7 +42,7 @@ type agentCache struct {
 const listWatchTimeout = time.Minute
 
 func startAgentCache(ctx context.Context, a *Agent) *agentCache {
-	c := &agentCache{changed: make(chan struct{}, 1)}
+	c := &agentCache{changed: make(chan struct{}, 1), nodes: a.Nodes}
 	ro, roCtl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -71,37 +71,19 @@ func startAgentCache(ctx context.Context, a *Agent) *agentCache {
 			},
 		},
 	})
-	no, noCtl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				ctx, cancel := context.WithTimeout(ctx, listWatchTimeout)
-				defer cancel()
-				out, err := a.conn().Nodes.List(ctx, o)
-				return out, c.record(err)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				w, err := a.conn().Nodes.Watch(ctx, o)
-				return w, c.record(err)
-			},
-		},
-		ObjectType: &corev1.Node{},
-		Transform:  rolloutNode,
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.signal() },
-			DeleteFunc: func(any) { c.signal() },
-			UpdateFunc: func(old, cur any) {
-				o, ok1 := old.(*corev1.Node)
-				n, ok2 := cur.(*corev1.Node)
-				if !ok1 || !ok2 || nodeKey(o) != nodeKey(n) {
-					c.signal()
-				}
-			},
-		},
-	})
-	c.rollouts, c.nodes = ro, no
-	c.synced = []cache.InformerSynced{roCtl.HasSynced, noCtl.HasSynced}
+	changed := a.Nodes.Follow(ctx, func(old, cur *corev1.Node) bool { return nodeKey(old) != nodeKey(cur) })
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				c.signal()
+			}
+		}
+	}()
+	c.rollouts, c.synced = ro, roCtl.HasSynced
 	go roCtl.RunWithContext(ctx)
-	go noCtl.RunWithContext(ctx)
 	return c
 }
 
@@ -119,64 +101,52 @@ func (c *agentCache) record(err error) error {
 	return err
 }
 
-// waitSynced waits for both first lists; until then it says, every
-// minute, what the last request met.
+// waitSynced waits for the rollouts' first list (saying, every minute,
+// what the last request met), then for the Nodes'.
 func (c *agentCache) waitSynced(ctx context.Context) error {
 	for {
 		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			return c.synced[0]() && c.synced[1](), nil
+			return c.synced(), nil
 		})
-		if err == nil || ctx.Err() != nil {
-			return err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			break
 		}
 		c.mu.Lock()
 		last := c.lastErr
 		c.mu.Unlock()
 		if last != nil {
-			// The informers keep trying with backoff; so does this.
-			return fmt.Errorf("list the rollouts and Nodes: not listed after a minute: %w", last)
+			// The informer keeps trying with backoff; so does this.
+			return fmt.Errorf("list the rollouts: not listed after a minute: %w", last)
 		}
 	}
+	return c.nodes.WaitSynced(ctx, "rollout agent", time.Minute)
 }
 
-// rolloutNode is what the agent keeps of a Node: its name, UID, labels
-// (selectors), whether it is cordoned, its boot, and its FlexNodeRelease
-// condition (the other nodes' phases).
-func rolloutNode(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil // a tombstone: kept as it is
-	}
-	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
-		Labels: n.Labels, CreationTimestamp: n.CreationTimestamp}}
-	out.Spec.Unschedulable = n.Spec.Unschedulable
-	out.Status.NodeInfo.BootID = n.Status.NodeInfo.BootID
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == ConditionType {
-			out.Status.Conditions = append(out.Status.Conditions, cond)
-		}
-	}
-	return out, nil
-}
-
-// nodeKey is what of a kept Node can move this agent: a heartbeat of the
-// condition (lastHeartbeatTime) is not.
+// nodeKey is what of a Node can move this agent: its UID, cordon, boot,
+// labels and FlexNodeRelease condition; a heartbeat of the condition
+// (lastHeartbeatTime) is not, nor the kubelet's conditions, which the
+// informer keeps of the node's own Node.
 func nodeKey(n *corev1.Node) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %v %s %v|", n.UID, n.Spec.Unschedulable, n.Status.NodeInfo.BootID, n.Labels)
 	for _, c := range n.Status.Conditions {
-		b.WriteString(c.Reason + " " + c.Message)
+		if c.Type == ConditionType {
+			b.WriteString(c.Reason + " " + c.Message)
+		}
 	}
 	return b.String()
 }
 
-// node is the agent's own Node; nil before it is registered.
-func (c *agentCache) node(name string) *corev1.Node {
-	obj, ok, err := c.nodes.GetByKey(name)
-	if err != nil || !ok {
+// node is the agent's own Node; nil before it is registered (or before
+// the informer saw it).
+func (c *agentCache) node(a *Agent) *corev1.Node {
+	n, ok := c.nodes.Node(a.NodeName)
+	if !ok {
 		return nil
 	}
-	n, _ := obj.(*corev1.Node)
 	return n
 }
 
@@ -190,15 +160,7 @@ func (c *agentCache) allRollouts() []*v1alpha1.FlexNodeRollout {
 	return out
 }
 
-func (c *agentCache) allNodes() []*corev1.Node {
-	var out []*corev1.Node
-	for _, obj := range c.nodes.List() {
-		if n, ok := obj.(*corev1.Node); ok {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+func (c *agentCache) allNodes() []*corev1.Node { return c.nodes.List() }
 
 // selector is r's node selector; ok is false for one that selects
 // nothing the agent can trust (missing or invalid: the CRD refuses both,

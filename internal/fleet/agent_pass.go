@@ -27,7 +27,7 @@ const maxActions = 6
 // (0: only a change starts one). fired is a pass the retry timer started.
 func (a *Agent) pass(ctx context.Context, fired bool) time.Duration {
 	for range maxActions {
-		n := a.cache.node(a.NodeName)
+		n := a.cache.node(a)
 		if n == nil {
 			return 0 // its Node is not registered yet: its add is a change
 		}
@@ -285,7 +285,7 @@ func (a *Agent) slotsFor(r *v1alpha1.FlexNodeRollout, n *corev1.Node) *Slots {
 	}
 	h := Holder{Node: n.Name, UID: n.UID, BootID: boot}
 	if a.slots == nil || a.slots.Rollout != r.Name || a.slots.Holder != h {
-		a.slots = &Slots{Store: connStore{a}, Nodes: connNodes{a}, Rollout: r.Name, Holder: h, TTL: a.ttl(),
+		a.slots = &Slots{Store: connStore{a}, Nodes: cachedNodes{a.Nodes, connNodes{a}}, Rollout: r.Name, Holder: h, TTL: a.ttl(),
 			Now: a.Now, Owner: v1alpha1.OwnerReference(r)}
 	}
 	return a.slots
@@ -313,7 +313,8 @@ func (a *Agent) stillFailed(ctx context.Context, n *corev1.Node) (bool, error) {
 }
 
 // connStore and connNodes reach the API server through the agent's
-// current clients.
+// current clients (connNodes: only for a Node the informer does not
+// hold, cachedNodes).
 type connStore struct{ a *Agent }
 
 func (s connStore) List(ctx context.Context) (*coordinationv1.LeaseList, error) {

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -184,27 +183,21 @@ func TestStepAndReason(t *testing.T) {
 	}
 }
 
-func TestRolloutNodeKeepsWhatTheAgentReads(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u", Labels: map[string]string{"a": "b"},
-		Annotations: map[string]string{"big": strings.Repeat("x", 1000)}}}
-	n.Spec.Unschedulable = true
-	n.Spec.PodCIDR = "10.0.0.0/24"
-	n.Status.NodeInfo.BootID = "boot"
-	n.Status.Images = []corev1.ContainerImage{{Names: []string{"i"}}}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady}, {Type: ConditionType, Reason: "Staged"}}
-	out, _ := rolloutNode(n)
-	k := out.(*corev1.Node)
-	if k.Name != "n1" || k.UID != "u" || k.Labels["a"] != "b" || !k.Spec.Unschedulable || k.Status.NodeInfo.BootID != "boot" {
-		t.Errorf("lost what the agent reads: %+v", k)
-	}
-	if k.Annotations != nil || k.Spec.PodCIDR != "" || k.Status.Images != nil || len(k.Status.Conditions) != 1 || k.Status.Conditions[0].Type != ConditionType {
-		t.Errorf("kept what the agent does not read: %+v", k)
-	}
+// A heartbeat of the FlexNodeRelease condition, or a kubelet condition
+// of the node's own Node, does not move the agent; a phase does.
+func TestNodeKeyIsWhatMovesTheAgent(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u", Labels: map[string]string{"a": "b"}}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Message: "ready"}, {Type: ConditionType, Reason: "Staged"}}
 	hb := n.DeepCopy()
 	hb.Status.Conditions[1].LastHeartbeatTime = metav1.Now()
-	o2, _ := rolloutNode(hb)
-	if nodeKey(k) != nodeKey(o2.(*corev1.Node)) {
-		t.Error("a heartbeat of the condition counts as a change")
+	hb.Status.Conditions[0].Message = "kubelet is posting ready status"
+	if nodeKey(n) != nodeKey(hb) {
+		t.Error("a heartbeat or a kubelet condition counts as a change")
+	}
+	moved := n.DeepCopy()
+	moved.Status.Conditions[1].Reason = "Updating"
+	if nodeKey(n) == nodeKey(moved) {
+		t.Error("a phase change does not count")
 	}
 }
 
@@ -212,7 +205,7 @@ func TestRolloutNodeKeepsWhatTheAgentReads(t *testing.T) {
 // past stage, in this rollout, at any generation.
 func TestInUseCountsTheNodesThatHoldSlots(t *testing.T) {
 	r := selecting("b", 3, time.Now(), nil)
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	var nodes []*corev1.Node
 	for i, rel := range []*NodeRelease{
 		{Rollout: "b", Generation: 3, Phase: PhaseUpdating, Step: StepDrain},
 		{Rollout: "b", Generation: 2, Phase: PhaseUpdating, Step: StepSoak},
@@ -228,11 +221,9 @@ func TestInUseCountsTheNodesThatHoldSlots(t *testing.T) {
 		if rel != nil {
 			SetNodeRelease(n, *rel, time.Now())
 		}
-		if err := store.Add(n); err != nil {
-			t.Fatal(err)
-		}
+		nodes = append(nodes, n)
 	}
-	a := &Agent{cache: &agentCache{nodes: store}}
+	a := &Agent{cache: &agentCache{nodes: storeNodes(t, nodes...)}}
 	if got := a.inUse(r); got != 3 {
 		t.Errorf("in use %d, want 3 (two Updating, one failed at switch)", got)
 	}

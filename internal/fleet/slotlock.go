@@ -54,7 +54,8 @@ type SlotLock struct {
 
 	observedRV string
 	observedAt time.Time
-	last       *v1alpha1.FlexNodeSlot // as last read or written
+	last       *v1alpha1.FlexNodeSlot // as we last wrote it
+	seen       *v1alpha1.FlexNodeSlot // as last read, written or watched
 }
 
 // NewSlotLock is slot name in namespace ns on the server c names, held as
@@ -91,7 +92,6 @@ func (l *SlotLock) Describe() string { return l.ns + "/" + l.name }
 // for its duration) or renews it when it is ours. It reports whether we
 // hold it and who does. A lost race is not an error: we do not hold it.
 func (l *SlotLock) TryAcquireOrRenew(ctx context.Context) (held bool, holder string, err error) {
-	now := l.now()
 	cur := l.last
 	cached := cur != nil && slotHolder(cur) == l.identity
 	if !cached {
@@ -100,14 +100,19 @@ func (l *SlotLock) TryAcquireOrRenew(ctx context.Context) (held bool, holder str
 		// compare-and-swap), and a fleet of candidates then costs the
 		// server no etcd read.
 		if cur, err = l.get(ctx, "0"); apierrors.IsNotFound(err) {
-			return l.create(ctx, now)
+			return l.create(ctx, l.now())
 		} else if err != nil {
 			return false, "", err
 		}
 	}
-	if cur.ResourceVersion != l.observedRV {
-		l.observedRV, l.observedAt = cur.ResourceVersion, now
-	}
+	return l.tryFrom(ctx, cur, cached)
+}
+
+// tryFrom is TryAcquireOrRenew from cur, the slot as last read, written
+// or watched (cached: our own last write).
+func (l *SlotLock) tryFrom(ctx context.Context, cur *v1alpha1.FlexNodeSlot, cached bool) (held bool, holder string, err error) {
+	now := l.now()
+	l.observe(cur, now)
 	h := slotHolder(cur)
 	if h != "" && h != l.identity && now.Sub(l.observedAt) < slotDuration(cur, l.duration) {
 		return false, h, nil
@@ -130,7 +135,8 @@ func (l *SlotLock) TryAcquireOrRenew(ctx context.Context) (held bool, holder str
 		// Someone wrote it since we read it (a renew we had not seen,
 		// another candidate's takeover, or our own cached copy was
 		// stale): read it again, at once when we wrote from our own
-		// copy (the leader's renew), else at the next try.
+		// copy (the leader's renew), else at the next try (or the
+		// watch's next event).
 		l.last = nil
 		if cached {
 			return l.TryAcquireOrRenew(ctx)
@@ -139,8 +145,17 @@ func (l *SlotLock) TryAcquireOrRenew(ctx context.Context) (held bool, holder str
 	case err != nil:
 		return false, h, err
 	}
-	l.last, l.observedRV, l.observedAt = out, out.ResourceVersion, now
+	l.last, l.seen, l.observedRV, l.observedAt = out, out, out.ResourceVersion, now
 	return true, l.identity, nil
+}
+
+// observe notes cur as the slot's state seen at now: its version's clock
+// starts when the version is new to this process.
+func (l *SlotLock) observe(cur *v1alpha1.FlexNodeSlot, now time.Time) {
+	if cur.ResourceVersion != l.observedRV {
+		l.observedRV, l.observedAt = cur.ResourceVersion, now
+	}
+	l.seen = cur
 }
 
 // Release clears the holder when we hold the slot, so the next candidate
@@ -173,7 +188,7 @@ func (l *SlotLock) create(ctx context.Context, now time.Time) (bool, string, err
 	case err != nil:
 		return false, "", fmt.Errorf("create slot %s: %w", l.Describe(), err)
 	}
-	l.last, l.observedRV, l.observedAt = out, out.ResourceVersion, now
+	l.last, l.seen, l.observedRV, l.observedAt = out, out, out.ResourceVersion, now
 	return true, l.identity, nil
 }
 

@@ -11,15 +11,18 @@ import (
 
 // The status writer's election timing. A fleet has one writer and
 // hundreds or thousands of candidates, so the candidates' cost matters
-// more than a fast takeover: each candidate reads the lock once per
-// CandidatePeriod (from the watch cache), so 3000 agents cost the API
-// server about 150 cheap reads a second, and a writer that dies is
-// replaced within LeaseDuration plus one CandidatePeriod (60-90 s); a
-// status that is a minute late is no harm, since every node's own truth
-// is on its Node meanwhile. The writer renews every RenewPeriod (one
-// write) and steps down when it has not renewed for RenewDeadline, well
-// before a candidate may take over (LeaseDuration), so two writers never
-// overlap while the clocks tick at the same rate.
+// more than a fast takeover: each candidate reads the lock once (from the
+// watch cache) and then follows it through a watch on that one object
+// (slotlock_watch.go: a request per candidate every ten minutes or so,
+// not a read every CandidatePeriod), judging expiry by its own clock. A
+// writer that releases the lock is replaced at once, one that dies
+// within LeaseDuration; a status that is a minute late is no harm, since
+// every node's own truth is on its Node meanwhile. CandidatePeriod is the
+// wait (jittered to 50-150 %) before a candidate reads the lock again
+// after its watch failed or could not go on. The writer renews every
+// RenewPeriod (one write) and steps down when it has not renewed for
+// RenewDeadline, well before a candidate may take over (LeaseDuration),
+// so two writers never overlap while the clocks tick at the same rate.
 const (
 	DefaultLeaseDuration   = 60 * time.Second
 	DefaultRenewDeadline   = 40 * time.Second
@@ -106,26 +109,34 @@ func (e *Election) Run(ctx context.Context) error {
 	return err
 }
 
-// acquire tries every CandidatePeriod (jittered up to half again, so a
-// fleet started together does not read in lockstep) until it holds the
-// lock; false when ctx ended first.
+// acquire reads the lock and takes it when it may; else it follows the
+// lock through a watch until it may take it (follow). A failed read or
+// watch is tried again after CandidatePeriod, jittered to 50-150 % so a
+// fleet that lost the server together does not come back in lockstep.
+// False when ctx ended first.
 func (e *Election) acquire(ctx context.Context) bool {
 	logged := ""
 	for {
 		held, holder, err := e.tryOnce(ctx, e.CandidatePeriod)
+		if err == nil && !held {
+			if holder != logged {
+				e.Log.Info("status writer election: another agent writes", "lock", e.Lock.Describe(), "writer", holder)
+				logged = holder
+			}
+			held, err = e.follow(ctx)
+		}
 		switch {
 		case held:
 			return true
+		case ctx.Err() != nil:
+			return false
 		case err != nil:
 			e.Log.Warn("status writer election: will try again", "lock", e.Lock.Describe(), "error", err)
-		case holder != logged:
-			e.Log.Info("status writer election: another agent writes", "lock", e.Lock.Describe(), "writer", holder)
-			logged = holder
 		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(e.CandidatePeriod + rand.N(e.CandidatePeriod/2+1)):
+		case <-time.After(e.CandidatePeriod/2 + rand.N(e.CandidatePeriod+1)):
 		}
 	}
 }

@@ -3,12 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
@@ -207,5 +210,97 @@ func TestElectionLeadFailing(t *testing.T) {
 	}
 	if len(leading) != 2 || !leading[0] || leading[1] {
 		t.Errorf("leading %v, want [true false]", leading)
+	}
+}
+
+// deadHolder puts the lock in the fake as held by a writer that renews
+// only when told (renew), as a dead or a live writer would look.
+func deadHolder(f *fakeAPI, lease time.Duration) (renew func()) {
+	secs, id, n := int32(lease/time.Second), "z/0", int32(0)
+	f.mu.Lock()
+	f.rv++
+	s := &v1alpha1.FlexNodeSlot{ObjectMeta: metav1.ObjectMeta{Name: StatusWriterSlot, Namespace: v1alpha1.Namespace, ResourceVersion: strconv.Itoa(f.rv)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, LeaseTransitions: &n}}
+	f.slots[StatusWriterSlot] = s
+	f.publishSlot("ADDED", s)
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		next := f.slots[StatusWriterSlot].DeepCopy()
+		if next.Spec.HolderIdentity == nil || *next.Spec.HolderIdentity != id {
+			return // taken over
+		}
+		f.rv++
+		next.ResourceVersion = strconv.Itoa(f.rv)
+		t := metav1.NewMicroTime(time.Now())
+		next.Spec.RenewTime = &t
+		f.slots[StatusWriterSlot] = next
+		f.publishSlot("MODIFIED", next)
+	}
+}
+
+// TestCandidateFollowsTheLockThroughAWatch: a candidate reads the lock
+// once and then follows it through a watch, not a read on a timer (its
+// CandidatePeriod here is far beyond the test): it does not take a lock
+// whose holder keeps renewing, and takes it once the holder stopped
+// renewing for the lease duration, judged on its own clock.
+func TestCandidateFollowsTheLockThroughAWatch(t *testing.T) {
+	f, cfg := newFakeAPI(t)
+	const lease = 2 * time.Second
+	renew := deadHolder(f, lease)
+	led := make(chan time.Time, 1)
+	e := &Election{Lock: newLock(t, cfg, "b", nil), CandidatePeriod: time.Hour, RenewPeriod: 100 * time.Millisecond, RenewDeadline: time.Second,
+		Lead: func(ctx context.Context) error { led <- time.Now(); <-ctx.Done(); return nil }}
+	e.Lock.duration = lease
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// The holder renews every 500 ms for 3 s (longer than the lease).
+	for range 6 {
+		select {
+		case <-led:
+			t.Fatal("the candidate took a lock its holder renews")
+		case <-time.After(500 * time.Millisecond):
+		}
+		renew()
+	}
+	stopped := time.Now()
+	select {
+	case at := <-led:
+		if d := at.Sub(stopped); d < lease {
+			t.Errorf("took the lock %v after the holder's last renewal, before its lease duration %v", d, lease)
+		}
+	case <-time.After(3 * lease):
+		t.Fatal("the candidate did not take the lock within 3 lease durations of the holder's last renewal")
+	}
+	if gets := f.count("GET " + slotsPath + "/" + StatusWriterSlot); gets != 1 {
+		t.Errorf("the candidate read the lock %d times, want once (then the watch)", gets)
+	}
+}
+
+// TestCandidateFallsBackWhenTheWatchFails: a candidate whose watch
+// cannot be opened reads the lock again after its jittered
+// CandidatePeriod, and still takes it over once it expired.
+func TestCandidateFallsBackWhenTheWatchFails(t *testing.T) {
+	f, cfg := newFakeAPI(t)
+	f.failSlotWatches = true
+	deadHolder(f, time.Second)
+	led := make(chan struct{}, 1)
+	e := &Election{Lock: newLock(t, cfg, "b", nil), CandidatePeriod: 100 * time.Millisecond, RenewPeriod: 100 * time.Millisecond, RenewDeadline: time.Second,
+		Lead: func(ctx context.Context) error { led <- struct{}{}; <-ctx.Done(); return nil }}
+	e.Lock.duration = time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-led:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the candidate did not take the expired lock with its watch failing")
+	}
+	if gets := f.count("GET " + slotsPath + "/" + StatusWriterSlot); gets < 2 {
+		t.Errorf("the lock was read %d times: no fallback to reading", gets)
 	}
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
@@ -20,8 +20,9 @@ import (
 )
 
 // StatusWriter is the elected agent's work (DESIGN decision 12, fleet
-// protocol 6): it follows the rollouts and the Nodes through informers
-// (each listed once from the watch cache, then watched) and writes each
+// protocol 6): it follows the rollouts through an informer of its term
+// and the Nodes through the process's (each listed once from the watch
+// cache, then watched) and writes each
 // rollout's status as Aggregate makes it from the Nodes' FlexNodeRelease
 // conditions, a compare-and-swap on the rollout's resourceVersion, only
 // when it changed; and it records an Event on the rollout for each phase
@@ -32,6 +33,10 @@ import (
 type StatusWriter struct {
 	rollouts *Rollouts
 	core     *coreClient
+	// Nodes is the process's Node informer, which its owner started:
+	// a term reads it and follows its changes, and starts no informer
+	// of Nodes of its own (a candidate taking over costs no list).
+	Nodes NodeInformer
 	// Identity names this writer in its Events (ReportingInstance).
 	Identity string
 	Log      *slog.Logger
@@ -47,9 +52,9 @@ type StatusWriter struct {
 }
 
 // NewStatusWriter is the writer for the server c names, sharing the HTTP
-// client hc (nil: one made for c). It needs no host: the fleet simulator
-// runs it as is.
-func NewStatusWriter(c *rest.Config, hc *http.Client, identity string, log *slog.Logger) (*StatusWriter, error) {
+// client hc (nil: one made for c), reading the Nodes from nodes. It needs
+// no host: the fleet simulator runs it as is.
+func NewStatusWriter(c *rest.Config, hc *http.Client, nodes NodeInformer, identity string, log *slog.Logger) (*StatusWriter, error) {
 	ro, err := NewRollouts(c, hc)
 	if err != nil {
 		return nil, err
@@ -61,7 +66,7 @@ func NewStatusWriter(c *rest.Config, hc *http.Client, identity string, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &StatusWriter{rollouts: ro, core: core, Identity: identity, Log: log}, nil
+	return &StatusWriter{rollouts: ro, core: core, Nodes: nodes, Identity: identity, Log: log}, nil
 }
 
 // phaseChange is one node's move from one phase (or none) to another.
@@ -101,11 +106,11 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 		// second, never a flood of the API server.
 		w.events = flowcontrol.NewTokenBucketRateLimiter(10, 100)
 	}
+	if w.Nodes == nil {
+		return errors.New("the status writer needs the process's Node informer (StatusWriter.Nodes)")
+	}
 	st := &writerState{changed: make(chan struct{}, 1)}
-	nodes, nctl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: w.core.nodesListWatch(), ObjectType: &corev1.Node{}, Transform: releaseNode,
-		Handler: nodeHandler(st),
-	})
+	w.followNodes(ctx, st)
 	rollouts, rctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: w.rolloutsListWatch(), ObjectType: &v1alpha1.FlexNodeRollout{},
 		// Any change, our own status writes included: a round with
@@ -114,10 +119,9 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 			AddFunc: func(any) { st.signal() }, DeleteFunc: func(any) { st.signal() }, UpdateFunc: func(any, any) { st.signal() },
 		},
 	})
-	go nctl.RunWithContext(ctx)
 	go rctl.RunWithContext(ctx)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	synced := cache.WaitForCacheSync(sctx.Done(), nctl.HasSynced, rctl.HasSynced)
+	synced := cache.WaitForCacheSync(sctx.Done(), rctl.HasSynced) && w.Nodes.WaitSynced(sctx, "status writer", time.Minute) == nil
 	cancel()
 	if !synced {
 		if ctx.Err() != nil {
@@ -125,14 +129,14 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("the Nodes and rollouts were not listed within a minute (can the node's credential list nodes and %s? `aks-flex-node cluster prepare --fleet` grants it)", v1alpha1.Resource)
 	}
-	w.Log.Info("status writer: following the rollouts and Nodes", "rollouts", len(rollouts.List()), "nodes", len(nodes.List()))
-	return w.loop(ctx, st, nodes, rollouts)
+	w.Log.Info("status writer: following the rollouts and Nodes", "rollouts", len(rollouts.List()), "nodes", len(w.Nodes.List()))
+	return w.loop(ctx, st, rollouts)
 }
 
 // loop runs a round at once and then after each burst of changes.
-func (w *StatusWriter) loop(ctx context.Context, st *writerState, nodes, rollouts cache.Store) error {
+func (w *StatusWriter) loop(ctx context.Context, st *writerState, rollouts cache.Store) error {
 	for {
-		w.round(ctx, st, nodes, rollouts)
+		w.round(ctx, st, rollouts)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -157,16 +161,15 @@ func (w *StatusWriter) loop(ctx context.Context, st *writerState, nodes, rollout
 
 // round records the phase changes seen since the last round as Events
 // and writes every rollout whose status changed.
-func (w *StatusWriter) round(ctx context.Context, st *writerState, nodes, rollouts cache.Store) {
+func (w *StatusWriter) round(ctx context.Context, st *writerState, rollouts cache.Store) {
 	st.mu.Lock()
 	changes := st.changes
 	st.changes = nil
 	st.mu.Unlock()
-	all := make([]corev1.Node, 0, len(nodes.List()))
-	for _, o := range nodes.List() {
-		if n, ok := o.(*corev1.Node); ok {
-			all = append(all, *n)
-		}
+	nodes := w.Nodes.List()
+	all := make([]corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		all = append(all, *n)
 	}
 	byName := map[string]*v1alpha1.FlexNodeRollout{}
 	for _, o := range rollouts.List() {
@@ -234,22 +237,4 @@ func (w *StatusWriter) wrote(result string) {
 	if w.Wrote != nil {
 		w.Wrote(result)
 	}
-}
-
-// releaseNode is what the writer keeps of a Node: its name, version,
-// labels (the selectors read them) and FlexNodeRelease condition; the
-// rest (images, addresses, the kubelet's conditions) is dropped before
-// it is stored, so the cache of a large fleet stays small.
-func releaseNode(o any) (any, error) {
-	n, ok := o.(*corev1.Node)
-	if !ok {
-		return o, nil // a tombstone: kept as it is
-	}
-	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels}}
-	for _, c := range n.Status.Conditions {
-		if c.Type == ConditionType {
-			out.Status.Conditions = []corev1.NodeCondition{c}
-		}
-	}
-	return out, nil
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // coreCodecs is core/v1 alone, made on first use, for the status
-// writer's Nodes and Events (the reason store.go's codecs give: no
+// writer's Events (the reason store.go's codecs give: no
 // generated clientset, nothing registered at process start).
 var coreCodecs = sync.OnceValues(func() (serializer.CodecFactory, runtime.ParameterCodec) {
 	s := runtime.NewScheme()
@@ -29,8 +29,8 @@ var coreCodecs = sync.OnceValues(func() (serializer.CodecFactory, runtime.Parame
 	return serializer.NewCodecFactory(s), runtime.NewParameterCodec(s)
 })
 
-// coreClient is the few core/v1 calls the status writer makes: list and
-// watch the Nodes, create Events.
+// coreClient is the one core/v1 call the status writer makes: create
+// Events (it reads the Nodes from the process's informer).
 type coreClient struct {
 	rc     *rest.RESTClient
 	params runtime.ParameterCodec
@@ -45,7 +45,7 @@ func newCoreClient(c *rest.Config, hc *http.Client) (*coreClient, error) {
 	return &coreClient{rc: rc, params: pc}, nil
 }
 
-// listTimeout bounds one list of the informers; watchSlack bounds a
+// listTimeout bounds one list of the informer; watchSlack bounds a
 // watch beyond the server's own timeoutSeconds, so a connection that
 // stalls is given up and the informer opens the next.
 const (
@@ -53,28 +53,7 @@ const (
 	watchSlack  = 30 * time.Second
 )
 
-// nodesListWatch is the Nodes as an informer's source: lists from the
-// watch cache (the reflector's resourceVersion "0").
-func (c *coreClient) nodesListWatch() cache.ListerWatcher {
-	return plainList{&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			ctx, cancel := context.WithTimeout(ctx, listTimeout)
-			defer cancel()
-			out := &corev1.NodeList{}
-			err := c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Do(ctx).Into(out)
-			return out, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.Watch = true
-			return boundedWatch(ctx, opts, func(ctx context.Context) (watch.Interface, error) {
-				return c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Watch(ctx)
-			})
-		},
-	}}
-}
-
-// rolloutsListWatch is Rollouts.ListWatch with each request bounded as
-// the Nodes' are.
+// rolloutsListWatch is Rollouts.ListWatch with each request bounded.
 func (w *StatusWriter) rolloutsListWatch() cache.ListerWatcher {
 	return plainList{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 )
@@ -18,37 +17,37 @@ import (
 // StatusWriterComponent is the source of the writer's Events.
 const StatusWriterComponent = "aks-flex-node-status-writer"
 
-// nodeHandler starts a round when a Node's labels or FlexNodeRelease
-// condition change (not at a mere re-report, whose heartbeat alone
-// moves), and queues a phase change for an Event when the node moved to
-// another phase, rollout or generation. A Node added is no phase change:
-// a writer that takes over sees every Node added at its first list, and
-// must not repeat its predecessor's Events.
-func nodeHandler(st *writerState) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { st.signal() },
-		DeleteFunc: func(any) { st.signal() },
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*corev1.Node)
-			n, ok2 := cur.(*corev1.Node)
-			if !ok1 || !ok2 {
+// followNodes starts a round when a Node is added or deleted or its
+// labels or FlexNodeRelease condition change (not at a mere re-report,
+// whose heartbeat alone moves), and queues a phase change for an Event
+// when the node moved to another phase, rollout or generation, for as
+// long as the term (ctx) lasts. A Node's first sight is no phase change:
+// a writer that takes over must not repeat its predecessor's Events.
+func (w *StatusWriter) followNodes(ctx context.Context, st *writerState) {
+	changed := w.Nodes.Follow(ctx, func(o, n *corev1.Node) bool {
+		oc, nc := releaseCondition(o), releaseCondition(n)
+		if equality.Semantic.DeepEqual(o.Labels, n.Labels) && equality.Semantic.DeepEqual(oc, nc) {
+			return false
+		}
+		from, _ := looseRelease(o)
+		to, ok := looseRelease(n)
+		if ok && (from.Phase != to.Phase || from.Rollout != to.Rollout || from.Generation != to.Generation) {
+			st.mu.Lock()
+			st.changes = append(st.changes, phaseChange{node: n.Name, from: from, to: to})
+			st.mu.Unlock()
+		}
+		return true
+	})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
 				st.signal()
-				return
 			}
-			oc, nc := releaseCondition(o), releaseCondition(n)
-			if equality.Semantic.DeepEqual(o.Labels, n.Labels) && equality.Semantic.DeepEqual(oc, nc) {
-				return
-			}
-			st.signal()
-			from, _ := looseRelease(o)
-			to, ok := looseRelease(n)
-			if ok && (from.Phase != to.Phase || from.Rollout != to.Rollout || from.Generation != to.Generation) {
-				st.mu.Lock()
-				st.changes = append(st.changes, phaseChange{node: n.Name, from: from, to: to})
-				st.mu.Unlock()
-			}
-		},
-	}
+		}
+	}()
 }
 
 // releaseCondition is n's FlexNodeRelease condition without its

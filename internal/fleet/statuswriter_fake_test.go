@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,9 +35,13 @@ type fakeAPI struct {
 	events   []corev1.Event
 	watchers map[string][]chan []byte // "nodes" or "rollouts"
 	requests []string                 // method path, in order
+	// slotEvents are the slots' watch events, for a watch from a version.
+	slotEvents []slotEvent
 	// conflictStatus makes the next n status writes conflict.
 	conflictStatus int
 	failGets       bool
+	// failSlotWatches makes every watch of the slots fail (500).
+	failSlotWatches bool
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *rest.Config) {
@@ -60,8 +65,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	p := r.URL.Path
 	switch {
+	case r.URL.Query().Get("watch") == "true" && strings.HasPrefix(p, slotsPath):
+		f.watchSlots(w, r)
 	case r.URL.Query().Get("watch") == "true":
-		f.watch(w, r, map[bool]string{true: "nodes", false: "rollouts"}[p == "/api/v1/nodes"])
+		f.watch(w, r, map[bool]string{true: "nodes", false: "rollouts"}[p == "/api/v1/nodes"], nil)
 	case strings.HasPrefix(p, slotsPath):
 		f.slot(w, r.Method, strings.TrimPrefix(strings.TrimPrefix(p, slotsPath), "/"), body)
 	case p == rolloutsPath && r.Method == http.MethodGet:
@@ -129,6 +136,7 @@ func (f *fakeAPI) slot(w http.ResponseWriter, method, name string, body []byte) 
 		f.rv++
 		in.ResourceVersion = strconv.Itoa(f.rv)
 		f.slots[in.Name] = &in
+		f.publishSlot("ADDED", &in)
 		reply(w, 201, in)
 	case http.MethodPut:
 		cur, ok := f.slots[name]
@@ -143,6 +151,7 @@ func (f *fakeAPI) slot(w http.ResponseWriter, method, name string, body []byte) 
 		f.rv++
 		in.ResourceVersion = strconv.Itoa(f.rv)
 		f.slots[name] = &in
+		f.publishSlot("MODIFIED", &in)
 		reply(w, 200, in)
 	}
 }
@@ -182,15 +191,73 @@ func (f *fakeAPI) rollout(w http.ResponseWriter, method, path string, body []byt
 	}
 }
 
-// watch streams the events published for resource until the client or
-// the test goes away.
-func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, resource string) {
+// slotEvent is a slot's watch event at its resourceVersion.
+type slotEvent struct {
+	rv    int
+	event []byte
+}
+
+// publishSlot records a slot's event and sends it to the slots' watchers;
+// f.mu held.
+func (f *fakeAPI) publishSlot(typ string, s *v1alpha1.FlexNodeSlot) {
+	s.APIVersion, s.Kind = v1alpha1.SchemeGroupVersion.String(), "FlexNodeSlot"
+	b, err := json.Marshal(map[string]any{"type": typ, "object": s})
+	if err != nil {
+		f.t.Error(err)
+		return
+	}
+	rv, _ := strconv.Atoi(s.ResourceVersion)
+	f.slotEvents = append(f.slotEvents, slotEvent{rv, b})
+	f.publish("slots", typ, s)
+}
+
+// watchSlots is a watch of the slots from the request's resourceVersion,
+// as the API server's: the events after it first, then the new ones
+// (the fake keeps one namespace of few slots: no field selector needed).
+func (f *fakeAPI) watchSlots(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	if f.failSlotWatches {
+		f.mu.Unlock()
+		status(w, 500, "InternalError", "watch down")
+		return
+	}
+	f.mu.Unlock()
+	from, _ := strconv.Atoi(r.URL.Query().Get("resourceVersion"))
+	f.watch(w, r, "slots", func() (replay [][]byte) {
+		for _, e := range f.slotEvents {
+			if e.rv > from {
+				replay = append(replay, e.event)
+			}
+		}
+		return replay
+	})
+}
+
+// watch streams replay's events (read as the watch is registered, f.mu
+// held: none is lost between), then the events published for resource
+// until the client or the test goes away.
+func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, resource string, replayed func() [][]byte) {
 	ch := make(chan []byte, 100)
+	var replay [][]byte
 	f.mu.Lock()
 	f.watchers[resource] = append(f.watchers[resource], ch)
+	if replayed != nil {
+		replay = replayed()
+	}
 	f.mu.Unlock()
+	defer func() { // a watch that ended is sent nothing more
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.watchers[resource] = slices.DeleteFunc(f.watchers[resource], func(c chan []byte) bool { return c == ch })
+	}()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	// Each event is shared by every watcher: written as it is, then the
+	// line's end (an append could write into the shared array).
+	for _, b := range replay {
+		_, _ = w.Write(b)
+		_, _ = w.Write([]byte{'\n'})
+	}
 	w.(http.Flusher).Flush()
 	for {
 		select {
@@ -200,7 +267,8 @@ func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, resource string)
 			if !ok {
 				return
 			}
-			_, _ = w.Write(append(b, '\n'))
+			_, _ = w.Write(b)
+			_, _ = w.Write([]byte{'\n'})
 			w.(http.Flusher).Flush()
 		}
 	}

@@ -39,7 +39,7 @@ func TestStatusWriterFollowsTheNodes(t *testing.T) {
 	f.setNode(node("a", "edge", "edge-b", 1, PhaseUpdated))
 	f.setNode(node("b", "edge", "edge-b", 1, PhaseStaged))
 	f.setNode(node("x", "other", "", 0, ""))
-	w, err := NewStatusWriter(cfg, nil, "a/123", nil)
+	w, err := NewStatusWriter(cfg, nil, fakeNodes(t, cfg), "a/123", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,25 +100,6 @@ func TestStatusWriterFollowsTheNodes(t *testing.T) {
 	}
 	if f.count("GET "+rolloutsPath+"/edge-b") == 0 {
 		t.Error("the conflict was not read again")
-	}
-}
-
-// TestReleaseNodeKeepsWhatTheStatusNeeds: the cache keeps a Node's name,
-// labels and FlexNodeRelease condition, nothing else of its status.
-func TestReleaseNodeKeepsWhatTheStatusNeeds(t *testing.T) {
-	n := node("a", "edge", "edge-b", 1, PhaseStaged)
-	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue})
-	n.Status.Images = []corev1.ContainerImage{{Names: []string{"big"}}}
-	out, err := releaseNode(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := out.(*corev1.Node)
-	if got.Labels["pool"] != "edge" || len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != ConditionType || len(got.Status.Images) != 0 {
-		t.Errorf("kept %+v", got)
-	}
-	if r, ok, err := ReadNodeRelease(got); !ok || err != nil || r.Phase != PhaseStaged {
-		t.Errorf("the kept condition reads %+v %v %v", r, ok, err)
 	}
 }
 

@@ -56,6 +56,9 @@ func SetUnschedulable(ctx context.Context, client *NodeClient, name string, u bo
 	if err != nil {
 		return task.Result{}, err
 	}
+	// A fresh read (no resourceVersion), never a cached one: whether the
+	// Node is cordoned already decides whether the repave later
+	// uncordons it, and an operator's cordon of a moment ago must count.
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		// AKS deletes the Node before the agent repaves to a Machine's

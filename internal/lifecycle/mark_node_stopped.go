@@ -66,6 +66,8 @@ func (t *markNodeStopped) Do(ctx context.Context) (task.Result, error) {
 // unless it is Unknown already. A patch of nodes/status is what the
 // node's credential may do (clusterprep's list).
 func (t *markNodeStopped) mark(ctx context.Context, cs kubeclient.Interface) (bool, error) {
+	// Fresh: the patch carries Ready's heartbeat as read, and a stale one
+	// would move it back.
 	n, err := cs.CoreV1().Nodes().Get(ctx, t.nodeName, metav1.GetOptions{})
 	if err != nil {
 		return false, err

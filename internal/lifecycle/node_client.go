@@ -48,6 +48,8 @@ func (n *NodeClient) Get() (kubeclient.Interface, error) {
 // readyHeartbeat is the last heartbeat of the Node's Ready condition (zero
 // when it has none): a wait for the new side looks for a later one.
 func readyHeartbeat(ctx context.Context, cs kubeclient.Interface, name string) (time.Time, error) {
+	// Fresh (no resourceVersion): a stale heartbeat as the mark would let
+	// the old kubelet's last Ready pass for the new side's.
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return time.Time{}, err
@@ -90,7 +92,11 @@ func waitReadyAt(ctx context.Context, cs kubeclient.Interface, name string, want
 		poll = 500 * time.Millisecond
 	}
 	err = pollJittered(ctx, poll, timeout, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		// Any version will do (resourceVersion 0: the API server's watch
+		// cache, or the agent's own informer, daemon.cachedReads): a
+		// stale answer only delays the wait, and want.after (a fresh
+		// read) keeps the old kubelet's Ready from passing.
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 		status, done := "", false
 		switch {
 		case err != nil && last != "" && nearBound(ctx):

@@ -64,6 +64,7 @@ func (s *Start) WireChecks(env *preflight.Env) {
 		return v.String(), err
 	}
 	env.InspectOfflineArtifacts = s.stager.Inspect
+	env.StagingNeed = s.stager.StagingNeed
 	env.ChooseImage = func(ctx context.Context) (string, string, error) {
 		c, err := s.image.Choose(ctx)
 		return c.Ref, c.Source, err

@@ -117,6 +117,7 @@ func (r *Repave) unschedulable(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	// Fresh, as SetUnschedulable's: an operator's cordon must count.
 	n, err := cs.CoreV1().Nodes().Get(ctx, r.opts.Config.Agent.NodeName, metav1.GetOptions{})
 	return err == nil && n.Spec.Unschedulable
 }

@@ -57,7 +57,9 @@ func (t *writePodNetwork) Do(ctx context.Context) (task.Result, error) {
 	var cidr, last string
 	var created time.Time
 	err = pollJittered(ctx, 500*time.Millisecond, t.timeout, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		// Any version will do (the watch cache, not etcd, at every poll):
+		// a stale answer only delays the wait for the pod CIDR.
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 		state := "node not visible yet"
 		if err == nil {
 			created = n.CreationTimestamp.Time

@@ -64,6 +64,10 @@ type Env struct {
 	// without downloading its files: the artifact exists, its manifest.json
 	// matches the config, and every file's layer digest is its SHA-256.
 	InspectOfflineArtifacts func(ctx context.Context, ref string) error
+	// StagingNeed, when set, says how many bytes staging an oci:// source
+	// (expanded) would still write under the bundles dir (0 when it is
+	// staged), from its manifests alone: the staging-space check's probe.
+	StagingNeed func(ctx context.Context, ref string) (uint64, error)
 	// ChooseImage, when set, says which worker image start will use and
 	// where it comes from (bootstrap.ociImage, the offline bundle, or
 	// upstream's default); nil means bootstrap.ociImage as configured.

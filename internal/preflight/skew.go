@@ -17,17 +17,21 @@ const MaxKubeletSkew = 3
 
 // RepaveNames are the checks RepaveChecks returns, in order: what `node
 // upgrade --ignore-preflight-errors` may name.
-var RepaveNames = []string{NameArtifactSources, NameWorkerImage, NameVersionSkew}
+var RepaveNames = []string{NameCgroups, NameKernelModules, NameDiskSpace, NameStagingSpace, NameArtifactSources, NameWorkerImage, NameVersionSkew}
 
-// RepaveChecks are the checks a repave runs before anything changes: the
-// bundle for the new version is there and verifies, the worker image
+// RepaveChecks are the checks a repave (and a fleet plan, which stages
+// the release on each node) runs before anything changes: the host's
+// kernel and cgroups still serve a kubelet, the machines' filesystem has
+// room for another side and the bundles dir for the release's bundle,
+// the bundle for the new version is there and verifies, the worker image
 // resolves and keeps the contract, and the new kubelet is within the
 // supported skew of the API server. env.Config is the config the repave
 // applies (the new version, the new image); env.ServerVersion asks the
 // API server.
 func RepaveChecks(env *Env) []Check {
 	env.setDefaults()
-	return []Check{artifactSourcesCheck(env), workerImageCheck(env), versionSkewCheck(env)}
+	return []Check{cgroupsCheck(env), kernelModulesCheck(env), diskSpaceCheck(env), stagingSpaceCheck(env),
+		artifactSourcesCheck(env), workerImageCheck(env), versionSkewCheck(env)}
 }
 
 // SwitchBackNames are the checks SwitchBackChecks returns.

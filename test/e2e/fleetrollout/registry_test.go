@@ -48,6 +48,8 @@ type view struct {
 	// hold, when set, holds this host's bundle manifest requests until it
 	// is closed (bounded by holdMax).
 	hold chan struct{}
+	// served counts what this host was sent (waves_registry_test.go).
+	served servedBytes
 }
 
 // holdMax bounds a held request, well within the agent's 60 s wait for
@@ -97,6 +99,7 @@ func (r *siteRegistry) Inner() string { return "127.0.0.1:" + strconv.Itoa(r.Por
 
 func (r *siteRegistry) hostHandler(ns string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w = r.counted(ns, w, req)
 		repo, ref, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, "/v2/"), "/manifests/")
 		if !ok {
 			r.reg.ServeHTTP(w, req) // blobs are by digest, the same for every view

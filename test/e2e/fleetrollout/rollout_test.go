@@ -61,6 +61,9 @@ func repoRoot() string {
 
 func TestFleetRollout(t *testing.T) {
 	aclhost.RequireE2E(t)
+	// Beside TestFleetWaves: each has its own lab, control plane,
+	// registry and host names.
+	t.Parallel()
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()

@@ -85,7 +85,7 @@ func newAgent(dir string, n *simNode, m *meter, withWriter bool) (*simAgent, *da
 	if err != nil {
 		return nil, nil, err
 	}
-	writer := &daemon.RolloutStatusWriter{NodeName: n.name, Log: log, HTTPClient: hc,
+	writer := &daemon.RolloutStatusWriter{NodeName: n.name, Log: log, HTTPClient: hc, Nodes: a.nodes,
 		Config: func() (*rest.Config, error) { return writerCfg, nil }}
 	d := &daemon.Agent{Layout: l, Log: log, Interval: agentInterval,
 		Loops: []daemon.Loop{daemon.KeepPodRoutes(routes), daemon.KeepNodeObject(object)}}

@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,13 +76,17 @@ func TestFleetSim(t *testing.T) {
 	for node, n := range etcd {
 		t.Errorf("%s listed the Nodes %d time(s) without a resourceVersion (from etcd)", node, n)
 	}
-	// The agent's shared informer lists once and then watches. (The
-	// rollout's fleet.Agent keeps a Node informer of its own for now,
-	// which starts with a streaming watch-list and falls back to a list
-	// from the watch cache; unlike the others it is not asserted here.)
+	// The agent's one Node informer (its loops', fleet.Agent's and the
+	// status writer's) lists once and then watches: no loop lists the
+	// Nodes otherwise.
 	for _, node := range f.names {
 		if got := lists[node+" node-informer"]; got != 1 {
 			t.Errorf("%s's Node informer listed the Nodes %d times, want once (then watch)", node, got)
+		}
+	}
+	for key, n := range lists {
+		if _, loop, _ := strings.Cut(key, " "); loop != "node-informer" {
+			t.Errorf("%s listed the Nodes %d time(s) beside the node's one informer", key, n)
 		}
 	}
 }

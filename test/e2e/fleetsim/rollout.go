@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 
+	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 	"github.com/Azure/aks-flex-node/internal/kubeclient"
@@ -188,7 +189,9 @@ func (s stubHost) Switch(ctx context.Context, rel v1alpha1.Release, _ time.Durat
 func (s stubHost) Healthy(context.Context) error { return nil }
 
 // rolloutAgent is node's fleet.Agent with a stub Host, its clients
-// counted as "rollout-agent", its Record under dir.
+// counted as "rollout-agent", its Record under dir. Its Nodes are an
+// informer of its own (counted as its); startAgents gives it the node's
+// shared one where there is one (not in legacy mode).
 func (s *shard) rolloutAgent(n *simNode, dir string) *fleet.Agent {
 	connect := func() (fleet.Clients, error) {
 		kc, err := n.client(s.meter, "rollout-agent", kubeclient.Follow)()
@@ -210,7 +213,8 @@ func (s *shard) rolloutAgent(n *simNode, dir string) *fleet.Agent {
 		return fleet.Clients{Nodes: kc.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
 	}
 	_ = os.MkdirAll(filepath.Join(dir, n.name), 0o755) // SaveRecord's, at the first phase, says if it failed
-	return &fleet.Agent{NodeName: n.name, Host: stubHost{node: n.name, hosts: s.hosts}, Connect: connect,
+	nodes := daemon.NewNodeInformer(n.client(s.meter, "rollout-agent", kubeclient.Follow), n.name)
+	return &fleet.Agent{NodeName: n.name, Host: stubHost{node: n.name, hosts: s.hosts}, Connect: connect, Nodes: nodes,
 		RecordPath: filepath.Join(dir, n.name, "rollout.json"), BootID: "boot-1"}
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/Azure/aks-flex-node/internal/daemon"
 )
 
 // shard is the nodes one worker process simulates, nodes lo..hi-1 of
@@ -113,8 +115,9 @@ func (s *shard) startAgents() error {
 		// The rollout's coordination runs in either mode: it did not
 		// exist before the informer, and is measured alike.
 		ra := s.rolloutAgent(n, o.Dir)
-		go func() {
+		runRollout := func() {
 			if !o.NoRollout && sleep(ctx, delay) {
+				ra.Nodes.(*daemon.NodeInformer).Start(ctx)
 				for ctx.Err() == nil {
 					if err := ra.Run(ctx); err != nil && ctx.Err() == nil {
 						s.logf("%s: rollout agent: %v (again in 5 s)", n.name, err)
@@ -122,8 +125,9 @@ func (s *shard) startAgents() error {
 					}
 				}
 			}
-		}()
+		}
 		if o.Legacy {
+			go runRollout()
 			a := newLegacyAgent(n, s.meter)
 			s.agents = append(s.agents, a)
 			go func() {
@@ -139,6 +143,8 @@ func (s *shard) startAgents() error {
 		}
 		s.sims[i] = a
 		s.agents = append(s.agents, a)
+		ra.Nodes = a.nodes // the process's one Node informer
+		go runRollout()
 		go func() {
 			if sleep(ctx, delay) {
 				_ = d.Run(ctx)

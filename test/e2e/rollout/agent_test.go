@@ -20,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 )
 
 // stubHost is a fleet.Host that changes nothing: stage and switch sleep,
@@ -138,6 +140,10 @@ func launchAgent(t *testing.T, ctx context.Context, a *fleet.Agent) (stop func()
 	a.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", a.NodeName)
 	done := make(chan error, 1)
 	actx, cancel := context.WithCancel(ctx)
+	// The process's one Node informer, as the daemon gives the agent.
+	nodes := daemon.NewNodeInformer(func() (kubeclient.Interface, error) { return kubeclient.New(cfg, kubeclient.Follow) }, a.NodeName)
+	nodes.Start(actx)
+	a.Nodes = nodes
 	go func() { done <- a.Run(actx) }()
 	var once sync.Once
 	stop = func() {

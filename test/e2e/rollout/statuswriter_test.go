@@ -24,6 +24,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/internal/kubeclient"
 )
 
 // The election's timing in this test: short, so a takeover fits in
@@ -65,7 +66,8 @@ func startCandidate(t *testing.T, node string) *candidate {
 	cfg := asNode(node)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt, &c.cut, &c.sent} }
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("candidate", node)
-	w := &daemon.RolloutStatusWriter{NodeName: node, Log: log, LeaseDuration: swLease,
+	nodes := daemon.NewNodeInformer(func() (kubeclient.Interface, error) { return kubeclient.New(rest.CopyConfig(cfg), kubeclient.Follow) }, node)
+	w := &daemon.RolloutStatusWriter{NodeName: node, Log: log, LeaseDuration: swLease, Nodes: nodes,
 		Config:   func() (*rest.Config, error) { return rest.CopyConfig(cfg), nil },
 		Election: fleet.Election{RenewPeriod: swRenew, RenewDeadline: swDeadline, CandidatePeriod: swCandidate}}
 	ctx, cancel := context.WithCancel(context.Background())
