@@ -167,7 +167,8 @@ bench-fleet: deps
 
 # Simulated fleet figures (issue 31; docs/reference/fleet-scale.md): N
 # simulated nodes (N=100 by default, a comma list for several, e.g.
-# N=100,300,1000) against a real control plane each, the agent as it
+# N=100,300,1000; run by worker processes of 250 nodes each) against a
+# real control plane each, the agent as it
 # was (FLEETSIM_MODES=before: its per-pass Node list) and as it is (after): the
 # API server's and etcd's CPU and memory at rest, requests by loop,
 # watches, latency, a Node change's way to every agent and a rollout

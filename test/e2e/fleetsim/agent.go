@@ -35,8 +35,8 @@ type simAgent struct {
 
 // client is the node's client for loop with policy p: the node's
 // credential, the meter's wrapping, and a rate limiter of its own (the
-// product shares one per policy per process; here a process is the
-// fleet, and each simulated node must be bounded as its own host is).
+// product shares one per policy per process; here a process is a
+// worker of many nodes, and each must be bounded as its own host is).
 func (n *simNode) client(m *meter, loop string, p kubeclient.Policy) func() (kubeclient.Interface, error) {
 	cfg := rest.CopyConfig(n.cfg)
 	cfg.WrapTransport = m.wrap(n.name, loop)

@@ -48,6 +48,7 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 		mode = "before"
 	}
 	cp := startControlPlane(t)
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
 	// The agents start spread over this (AKS_FLEX_NODE_BENCH_FLEETSIM_SPREAD),
@@ -55,19 +56,35 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 	// outgrow this machine (see docs/reference/fleet-scale.md).
 	spread := envDuration(t, "AKS_FLEX_NODE_BENCH_FLEETSIM_SPREAD", min(time.Duration(n)*30*time.Millisecond, time.Minute))
 	noRollout := os.Getenv("AKS_FLEX_NODE_BENCH_FLEETSIM_ROLLOUT") == "0"
-	f, err := Start(ctx, cp, Options{N: n, Legacy: legacy, Dir: t.TempDir(), Spread: spread, NoRollout: noRollout, Logf: t.Logf})
+	workers := 0
+	if v := os.Getenv("AKS_FLEX_NODE_BENCH_FLEETSIM_WORKERS"); v != "" {
+		if workers, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("AKS_FLEX_NODE_BENCH_FLEETSIM_WORKERS: %v", err)
+		}
+	}
+	f, err := Start(ctx, cp, Options{N: n, Workers: workers, Legacy: legacy, Dir: t.TempDir(), Spread: spread, NoRollout: noRollout, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	// Settle: the start's lists and the controllers' first passes over.
 	sleep(ctx, 30*time.Second)
 	atRest, err := f.measureRest(ctx, rest)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if dir := os.Getenv("AKS_FLEX_NODE_BENCH_FLEETSIM_PROFILES"); dir != "" {
+		if err := f.profiles(ctx, dir); err != nil {
+			t.Error(err)
+		}
+	}
 	head := fmt.Sprintf("BENCH fleetsim mode=%s n=%d", mode, n)
 	rows := []string{head + " rest " + atRest.String()}
-	if b, err := cp.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + f.nodes[0].name).DoRaw(ctx); err == nil {
+	if b, err := cp.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + f.names[0]).DoRaw(ctx); err == nil {
 		rows = append(rows, fmt.Sprintf("%s node-object=%dB (JSON, as a list or watch sends it)", head, len(b)))
 	}
 	for _, l := range atRest.requests.table() {
@@ -79,26 +96,29 @@ func benchRound(t *testing.T, n int, legacy bool, rest, switchFor time.Duration)
 	var took []time.Duration
 	for k := range 3 {
 		d, err := f.Propagation(ctx, (k*7+1)%n, fmt.Sprintf("10.1.254.%d", k+1), 2*time.Minute)
-		if err != nil {
-			t.Error(err)
-		}
 		took = append(took, d...)
+		if err != nil {
+			t.Error(err) // the next change would wait as long: enough
+			break
+		}
 	}
 	rows = append(rows, fmt.Sprintf("%s node-change-to-every-agent (3 changes x %d agents) %s", head, n, quantiles(took)))
 	t.Log(rows[len(rows)-1])
 	if !noRollout {
 		rows = append(rows, f.benchRollout(ctx, t, head, switchFor)...)
 	}
-	lists := f.meter.nodeListsBy()
-	etcd := f.meter.etcdNodeLists()
+	etcd, lists, err := f.lists(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	total, fromEtcd := 0, 0
 	for k, v := range lists {
 		if !strings.HasSuffix(k, " kubelet") {
 			total += v
 		}
 	}
-	for _, node := range f.nodes {
-		fromEtcd += etcd[node.name]
+	for _, node := range f.names {
+		fromEtcd += etcd[node]
 	}
 	rows = append(rows, fmt.Sprintf("%s node-lists by the agents since start: %d (%.2f per agent), %d without resourceVersion (etcd)", head, total, float64(total)/float64(n), fromEtcd))
 	return rows

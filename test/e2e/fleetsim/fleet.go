@@ -4,23 +4,23 @@
 // kubelet's heartbeat (its Lease, its status), and the agent's real
 // cluster-facing loops (internal/daemon's keep-pod-routes with a
 // recorder for ip and nft, keep-node-object, over one shared Node
-// informer per node) and the rollout's slots (internal/fleet). No
+// informer per node, the rollouts' status writer candidate) and the
+// rollout's coordination (internal/fleet's Agent with a stub Host). No
 // machines, no containers: what it measures is the API server's side,
 // at rest and in a rollout, by loop (a RoundTripper in every client) and
-// from the server's own /metrics and /proc.
+// from the server's own /metrics and /proc. The nodes run in worker
+// processes (worker.go), a share each; the test's process is the parent
+// that starts, asks and measures them.
 package fleetsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
+	"maps"
+	"os"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/Azure/aks-flex-node/internal/daemon"
 	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
 )
 
@@ -28,9 +28,16 @@ import (
 // each loop makes a pass.
 const agentInterval = time.Minute
 
+// nodesPerWorker is each worker's share when Options.Workers is 0: at
+// 250 agents a worker's heap stays within a few GB at 1,000 Nodes.
+const nodesPerWorker = 250
+
 // Options are a fleet's.
 type Options struct {
 	N int
+	// Workers is how many processes hold the nodes (0: one per 250, at
+	// least 2, so the split is exercised at every size).
+	Workers int
 	// Legacy runs the agent as it was before the shared informer (its
 	// per-pass list and get), for the before figures.
 	Legacy bool
@@ -40,206 +47,203 @@ type Options struct {
 	// that booted at different moments are (0: at once).
 	Spread time.Duration
 	// NoRollout leaves out the rollout's coordination (fleet.Agent, one
-	// more Node informer per node) and the status writer: at 1,000 nodes
-	// on a 2-core machine the simulator's own process cannot hold both.
+	// more Node informer per node) and the status writer.
 	NoRollout bool
 	// Dir holds each node's state root.
 	Dir  string
 	Logf func(string, ...any)
 }
 
-// Fleet is a running simulated fleet.
+// Fleet is a running simulated fleet: its workers, each a process
+// holding a share of the nodes.
 type Fleet struct {
 	cp      *controlplane.ControlPlane
 	opts    Options
-	meter   *meter
-	nodes   []*simNode
-	kubelet []kubernetes.Interface
-	agents  []awaiter
-	sims    []*simAgent // nil entries in legacy mode
-	hosts   *stubHosts  // what the rollout's agents switch
+	workers []*worker
+	names   []string
 }
 
-// awaiter is an agent's view of the Nodes: await is a channel that gets
-// a token when its view holds Node target at InternalIP ip.
-type awaiter interface {
-	await(target, ip string) <-chan struct{}
-}
-
-// Start registers the nodes, starts their heartbeats and then their
-// agents, and waits until every agent has listed the Nodes.
-func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Fleet, error) {
+// Start starts the workers, has them register their nodes and start the
+// heartbeats, then the agents, and waits until every agent has listed
+// the Nodes. Close ends them; on an error Start has ended them already.
+func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (_ *Fleet, err error) {
 	if opts.StatusEvery == 0 {
 		opts.StatusEvery = 5 * time.Minute
 	}
-	is, err := newIssuer(cp.CAFile, cp.CAKeyFile)
-	if err != nil {
-		return nil, err
+	k := opts.Workers
+	if k <= 0 {
+		k = max(2, (opts.N+nodesPerWorker-1)/nodesPerWorker)
 	}
-	f := &Fleet{cp: cp, opts: opts, meter: newMeter(), nodes: make([]*simNode, opts.N), kubelet: make([]kubernetes.Interface, opts.N)}
-	begin := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i := range opts.N {
-		g.Go(func() error {
-			n := &simNode{name: nodeName(i), ip: nodeIP(i)}
-			if n.cfg, err = is.nodeConfig(cp.LocalServer, cp.CAPEM, n.name); err != nil {
-				return err
-			}
-			cs, err := n.kubelet(f.meter)
-			if err != nil {
-				return err
-			}
-			f.nodes[i], f.kubelet[i] = n, cs
-			return n.register(gctx, cs)
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	opts.Logf("fleetsim: %d nodes registered as themselves in %s", opts.N, time.Since(begin).Round(time.Millisecond))
-	for i, n := range f.nodes {
-		go n.heartbeat(ctx, f.kubelet[i], opts.StatusEvery)
-	}
-	return f, f.startAgents(ctx)
-}
-
-func (f *Fleet) startAgents(ctx context.Context) error {
-	begin := time.Now()
-	f.sims = make([]*simAgent, len(f.nodes))
-	f.hosts = &stubHosts{running: map[string]string{}}
-	for i, n := range f.nodes {
-		var delay time.Duration
-		if f.opts.Spread > 0 {
-			delay = rand.N(f.opts.Spread)
-		}
-		f.hosts.running[n.name] = "v1.35.0"
-		// The rollout's coordination runs in either mode: it did not
-		// exist before the informer, and is measured alike.
-		ra := f.rolloutAgent(n, f.opts.Dir)
-		runRollout := func() {
-			if !f.opts.NoRollout && sleep(ctx, delay) {
-				ra.Nodes.(*daemon.NodeInformer).Start(ctx)
-				for ctx.Err() == nil {
-					if err := ra.Run(ctx); err != nil && ctx.Err() == nil {
-						f.opts.Logf("fleetsim: %s: rollout agent: %v (again in 5 s)", n.name, err)
-						sleep(ctx, 5*time.Second)
-					}
-				}
-			}
-		}
-		if f.opts.Legacy {
-			go runRollout()
-			a := newLegacyAgent(n, f.meter)
-			f.agents = append(f.agents, a)
-			go func() {
-				if sleep(ctx, delay) {
-					a.run(ctx)
-				}
-			}()
-			continue
-		}
-		a, d, err := newAgent(f.opts.Dir, n, f.meter, !f.opts.NoRollout)
+	k = min(k, opts.N)
+	f := &Fleet{cp: cp, opts: opts}
+	defer func() {
 		if err != nil {
-			return err
+			err = errors.Join(err, f.Close())
 		}
-		f.sims[i] = a
-		f.agents = append(f.agents, a)
-		ra.Nodes = a.nodes // the process's one Node informer
-		go runRollout()
-		go func() {
-			if sleep(ctx, delay) {
-				_ = d.Run(ctx)
-			}
-		}()
+	}()
+	for i := range opts.N {
+		f.names = append(f.names, nodeName(i))
 	}
-	if f.opts.Legacy {
-		sleep(ctx, f.opts.Spread)
-		return ctx.Err()
-	}
-	for _, a := range f.sims {
-		for {
-			// The informer starts with the agent's first pass.
-			if err := a.nodes.WaitSynced(ctx, "fleetsim", 10*time.Minute); err == nil {
-				break
-			} else if ctx.Err() != nil {
-				return err
-			}
-			sleep(ctx, 100*time.Millisecond)
+	// Each worker may use every core (GOMAXPROCS as the machine's): capped
+	// at one, a worker behind on its watches cannot use a core another
+	// left idle. So capped, 300 nodes lost 79 HTTP/2 connections to their
+	// health check (a ping unanswered for 15 s closes the connection and
+	// every watch on it); uncapped, 1,000 lost none.
+	for j := range k {
+		w, err := startWorker(j*opts.N/k, (j+1)*opts.N/k, opts.Logf)
+		if err != nil {
+			return f, err
 		}
+		f.workers = append(f.workers, w)
 	}
-	f.opts.Logf("fleetsim: %d agents started and synced in %s", len(f.sims), time.Since(begin).Round(time.Millisecond))
-	return nil
+	caPEM, err := os.ReadFile(cp.CAFile)
+	if err != nil {
+		return f, err
+	}
+	begin := time.Now()
+	so := ShardOptions{Legacy: opts.Legacy, StatusEvery: opts.StatusEvery, Spread: opts.Spread, NoRollout: opts.NoRollout, Dir: opts.Dir}
+	err = f.each(ctx, "Register", func(w *worker) (any, any) {
+		return ShardSpec{Server: cp.LocalServer, CAPEM: caPEM, CAFile: cp.CAFile, CAKeyFile: cp.CAKeyFile, Lo: w.lo, Hi: w.hi, Opts: so}, new(int)
+	}, nil)
+	if err != nil {
+		return f, err
+	}
+	opts.Logf("fleetsim: %d nodes registered as themselves by %d workers in %s", opts.N, k, time.Since(begin).Round(time.Millisecond))
+	begin = time.Now()
+	if err := f.each(ctx, "StartAgents", func(*worker) (any, any) { return 0, new(int) }, nil); err != nil {
+		return f, err
+	}
+	opts.Logf("fleetsim: %d agents started and synced in %s", opts.N, time.Since(begin).Round(time.Millisecond))
+	return f, nil
 }
 
-// sleep waits d; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
+// Close ends every worker (its nodes' goroutines end with it).
+func (f *Fleet) Close() error {
+	var errs []error
+	for _, w := range f.workers {
+		errs = append(errs, w.stop(30*time.Second))
 	}
+	f.workers = nil
+	return errors.Join(errs...)
 }
 
-// Propagation changes Node i's InternalIP (as its kubelet would post a new
+// Propagation changes Node i's InternalIP (its kubelet posts a new
 // address) and returns how long the change took to reach each agent's
-// view of the Nodes, in order of arrival; an agent that did not see it
-// within timeout is an error.
+// view of the Nodes, in order of arrival per worker; an agent that did
+// not see it within timeout is an error. The workers stamp arrivals with
+// the wall clock, which the processes of one machine share.
 func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.Duration) ([]time.Duration, error) {
-	target := f.nodes[i]
-	chans := make([]<-chan struct{}, len(f.agents))
-	for j, a := range f.agents {
-		chans[j] = a.await(target.name, ip)
-	}
-	var mu sync.Mutex
-	var took []time.Duration
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	missed := 0
-	for _, ch := range chans {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-ch:
-				mu.Lock()
-				took = append(took, time.Since(t0))
-				mu.Unlock()
-			case <-time.After(timeout):
-				mu.Lock()
-				missed++
-				mu.Unlock()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	target.ip = ip
-	if err := target.postStatus(ctx, f.kubelet[i], ip); err != nil {
+	if err := f.each(ctx, "Await", func(*worker) (any, any) { return AwaitArgs{Target: f.names[i], IP: ip}, new(int) }, nil); err != nil {
 		return nil, err
 	}
-	wg.Wait()
+	// From the moment the kubelet sends its post: on a server that queues
+	// it (APF), the wait is part of the change's way to the agents; the
+	// post's own time is logged beside.
+	t0 := time.Now()
+	for _, w := range f.workers {
+		if i >= w.lo && i < w.hi {
+			if err := w.call(ctx, "PostStatus", PostArgs{I: i, IP: ip}, new(int)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	f.opts.Logf("fleetsim: Node %s's status post at %s took %s", f.names[i], ip, time.Since(t0).Round(time.Millisecond))
+	var took []time.Duration
+	missed := 0
+	err := f.each(ctx, "Arrivals", func(*worker) (any, any) { return timeout, new(Arrivals) }, func(_ *worker, r any) {
+		a := r.(*Arrivals)
+		for _, at := range a.At {
+			took = append(took, time.Unix(0, at).Sub(t0))
+		}
+		missed += a.Missed
+	})
+	if err != nil {
+		return took, err
+	}
 	if missed > 0 {
-		return took, fmt.Errorf("%d of %d agents did not see Node %s at %s within %s", missed, len(chans), target.name, ip, timeout)
+		return took, fmt.Errorf("%d of %d agents did not see Node %s at %s within %s", missed, f.opts.N, f.names[i], ip, timeout)
 	}
 	return took, nil
 }
 
-// Routes is the routes each agent's host has (nil in legacy mode).
-func (f *Fleet) Routes() []int {
+// Routes is the routes each agent's host has (none in legacy mode).
+func (f *Fleet) Routes(ctx context.Context) ([]int, error) {
 	var out []int
-	for _, a := range f.sims {
-		if a != nil {
-			out = append(out, a.routes.count())
-		}
-	}
-	return out
+	err := f.eachInOrder(ctx, "Routes", func() any { return new([]int) }, func(r any) { out = append(out, *r.(*[]int)...) })
+	return out, err
 }
 
-// Informer is node i's shared Node informer (nil in legacy mode).
-func (f *Fleet) Informer(i int) *daemon.NodeInformer {
-	if f.sims[i] == nil {
-		return nil
+// eachInOrder calls method on the workers one after another.
+func (f *Fleet) eachInOrder(ctx context.Context, method string, reply func() any, done func(any)) error {
+	for _, w := range f.workers {
+		r := reply()
+		if err := w.call(ctx, method, 0, r); err != nil {
+			return err
+		}
+		done(r)
 	}
-	return f.sims[i].nodes
+	return nil
+}
+
+// resetMeters starts a new window of every worker's meter.
+func (f *Fleet) resetMeters(ctx context.Context) error {
+	return f.each(ctx, "Reset", func(*worker) (any, any) { return 0, new(int) }, nil)
+}
+
+// snapshot is the workers' windows as one, over seconds.
+func (f *Fleet) snapshot(ctx context.Context, seconds float64) (window, error) {
+	all := window{seconds: seconds, counts: map[string]int64{}}
+	err := f.each(ctx, "Snapshot", func(*worker) (any, any) { return 0, new(Window) }, func(_ *worker, r any) {
+		w := r.(*Window)
+		for k, v := range w.Counts {
+			all.counts[k] += v
+		}
+		all.latencies = append(all.latencies, w.Latencies...)
+	})
+	return all, err
+}
+
+// lists is every worker's Node lists since start: without a
+// resourceVersion by node, and all by "node loop".
+func (f *Fleet) lists(ctx context.Context) (etcd, all map[string]int, err error) {
+	etcd, all = map[string]int{}, map[string]int{}
+	err = f.eachInOrder(ctx, "Lists", func() any { return new(Lists) }, func(r any) {
+		l := r.(*Lists)
+		maps.Copy(etcd, l.Etcd)
+		maps.Copy(all, l.All)
+	})
+	return etcd, all, err
+}
+
+// memory is the workers' resident memory (MiB, from /proc), their Go
+// heaps in use (MiB) and goroutines, summed.
+func (f *Fleet) memory(ctx context.Context) (rss, heap float64, goroutines int, err error) {
+	for _, w := range f.workers {
+		var m Mem
+		if err := w.call(ctx, "Mem", 0, &m); err != nil {
+			return 0, 0, 0, err
+		}
+		r, err := procRSS(w.cmd.Process.Pid)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		rss += r
+		heap += float64(m.HeapInuse) / (1 << 20)
+		goroutines += m.Goroutines
+	}
+	return rss, heap, goroutines, nil
+}
+
+// profiles writes each worker's heap profile under dir, then a CPU
+// profile of each over the same 30 s.
+func (f *Fleet) profiles(ctx context.Context, dir string) error {
+	for _, w := range f.workers {
+		p := fmt.Sprintf("%s/heap-%d-%d.pprof", dir, w.lo, w.hi-1)
+		if err := w.call(ctx, "HeapProfile", p, new(int)); err != nil {
+			return err
+		}
+	}
+	return f.each(ctx, "CPUProfile", func(w *worker) (any, any) {
+		return ProfileArgs{Path: fmt.Sprintf("%s/cpu-%d-%d.pprof", dir, w.lo, w.hi-1), For: 30 * time.Second}, new(int)
+	}, nil)
 }

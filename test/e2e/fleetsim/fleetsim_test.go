@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,14 +21,25 @@ func TestFleetSim(t *testing.T) {
 	cp := startControlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	f, err := Start(ctx, cp, Options{N: n, Dir: t.TempDir(), Spread: 2 * time.Second, Logf: t.Logf})
+	// Two worker processes of 10 nodes each, as the benchmark's larger
+	// fleets run.
+	f, err := Start(ctx, cp, Options{N: n, Workers: 2, Dir: t.TempDir(), Spread: 2 * time.Second, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	// The controller-manager allocates the pod CIDRs; the routes follow.
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		routes, done := f.Routes(), true
+		routes, err := f.Routes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := true
 		for _, r := range routes {
 			done = done && r == n-1
 		}
@@ -57,17 +69,24 @@ func TestFleetSim(t *testing.T) {
 	if res.Max != 2 || res.PeakAgents > int32(res.Max) || res.PeakServer > res.Max || res.PeakAgents < 1 {
 		t.Errorf("slots: max %d, peak %d by the nodes, %d on the server", res.Max, res.PeakAgents, res.PeakServer)
 	}
-	for node, lists := range f.meter.etcdNodeLists() {
-		t.Errorf("%s listed the Nodes %d time(s) without a resourceVersion (from etcd)", node, lists)
+	etcd, lists, err := f.lists(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The agent's shared informer lists once and then watches. (The
-	// rollout's fleet.Agent keeps a Node informer of its own for now,
-	// which starts with a streaming watch-list and falls back to a list
-	// from the watch cache; unlike the others it is not asserted here.)
-	lists := f.meter.nodeListsBy()
-	for _, node := range f.nodes {
-		if got := lists[node.name+" node-informer"]; got != 1 {
-			t.Errorf("%s's Node informer listed the Nodes %d times, want once (then watch)", node.name, got)
+	for node, n := range etcd {
+		t.Errorf("%s listed the Nodes %d time(s) without a resourceVersion (from etcd)", node, n)
+	}
+	// The agent's one Node informer (its loops', fleet.Agent's and the
+	// status writer's) lists once and then watches: no loop lists the
+	// Nodes otherwise.
+	for _, node := range f.names {
+		if got := lists[node+" node-informer"]; got != 1 {
+			t.Errorf("%s's Node informer listed the Nodes %d times, want once (then watch)", node, got)
+		}
+	}
+	for key, n := range lists {
+		if _, loop, _ := strings.Cut(key, " "); loop != "node-informer" {
+			t.Errorf("%s listed the Nodes %d time(s) beside the node's one informer", key, n)
 		}
 	}
 }

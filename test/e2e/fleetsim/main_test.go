@@ -60,6 +60,15 @@ func init() {
 	log.SetFlags(log.Lmicroseconds)
 }
 
+// TestMain runs the binary as a worker of the simulator when its parent
+// started it so (worker.go), else the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		os.Exit(workerMain())
+	}
+	os.Exit(m.Run())
+}
+
 // quantiles is p50, p99 and max of sorted-or-not durations, as text.
 func quantiles(ds []time.Duration) string {
 	w := window{latencies: ds}

@@ -117,11 +117,15 @@ type restFigures struct {
 	requests        window
 	agentRequests   int64 // the agent's loops (not the kubelet's)
 	p50, p99        time.Duration
+	simRSS, simHeap float64 // the simulator's workers, MiB
+	goroutines      int
+	workers         int
+	load            string // /proc/loadavg at the end of the window
 }
 
 // measureRest reads the control plane and the meter over d of rest.
 func (f *Fleet) measureRest(ctx context.Context, d time.Duration) (restFigures, error) {
-	r := restFigures{n: len(f.nodes)}
+	r := restFigures{n: f.opts.N, workers: len(f.workers)}
 	pids := f.cp.PIDs()
 	want := map[string]int{"kube-apiserver": pids["kube-apiserver"], "etcd": pids["etcd"]}
 	var err error
@@ -132,9 +136,14 @@ func (f *Fleet) measureRest(ctx context.Context, d time.Duration) (restFigures, 
 	if err != nil {
 		return r, err
 	}
-	f.meter.reset()
+	if err := f.resetMeters(ctx); err != nil {
+		return r, err
+	}
+	begin := time.Now()
 	sleep(ctx, d)
-	r.requests = f.meter.snapshot()
+	if r.requests, err = f.snapshot(ctx, time.Since(begin).Seconds()); err != nil {
+		return r, err
+	}
 	c1, err := cpuOf(want)
 	if err != nil {
 		return r, err
@@ -151,6 +160,10 @@ func (f *Fleet) measureRest(ctx context.Context, d time.Duration) (restFigures, 
 	if r.etcdRSS, err = procRSS(want["etcd"]); err != nil {
 		return r, err
 	}
+	if r.simRSS, r.simHeap, r.goroutines, err = f.memory(ctx); err != nil {
+		return r, err
+	}
+	r.load = loadAvg()
 	r.agentRequests = r.requests.total(func(loop string) bool { return loop != "kubelet" })
 	r.p50, r.p99 = r.requests.percentile(50), r.requests.percentile(99)
 	return r, nil
@@ -160,10 +173,25 @@ func (r restFigures) String() string {
 	perAgentMin := float64(r.agentRequests) / float64(r.n) / (r.seconds / 60)
 	return fmt.Sprintf("window=%.0fs cpu apiserver=%.3f etcd=%.3f cores (%.5f per node) rss apiserver=%.0f etcd=%.0f MiB; "+
 		"requests=%.1f/s (agent loops %.2f/s = %.2f per agent per minute, kubelet %.1f/s); watches nodes=%.0f all=%.0f; "+
-		"latency p50=%s p99=%s; server: etcd node lists +%.0f, watch-cache node lists +%.0f",
+		"latency p50=%s p99=%s; server: etcd node lists +%.0f, watch-cache node lists +%.0f; "+
+		"simulator: %d workers rss=%.0f MiB (%.2f MiB per node) heap=%.0f MiB goroutines=%d (%.0f per node); loadavg %s",
 		r.seconds, r.apiCPU, r.etcdCPU, (r.apiCPU+r.etcdCPU)/float64(r.n), r.apiRSS, r.etcdRSS,
 		float64(r.requests.total(nil))/r.seconds, float64(r.agentRequests)/r.seconds, perAgentMin,
 		float64(r.requests.total(func(l string) bool { return l == "kubelet" }))/r.seconds,
 		r.after.nodeWatches, r.after.watches, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond),
-		r.after.etcdNodeLists-r.before.etcdNodeLists, r.after.cacheLists-r.before.cacheLists)
+		r.after.etcdNodeLists-r.before.etcdNodeLists, r.after.cacheLists-r.before.cacheLists,
+		r.workers, r.simRSS, r.simRSS/float64(r.n), r.simHeap, r.goroutines, float64(r.goroutines)/float64(r.n), r.load)
+}
+
+// loadAvg is the machine's load averages (1, 5, 15 min), as /proc says.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

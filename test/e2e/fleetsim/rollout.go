@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -36,57 +37,102 @@ type RolloutResult struct {
 // stub Host waits switchFor), soaks (0 s) and releases, reporting each
 // phase on its Node; the elected status writer says Complete. The slots
 // held are watched throughout, by the hosts' count (a host is inside
-// Switch only while its agent holds a slot) and by the server's (an
-// admin's list every 100 ms).
+// Switch only while its agent holds a slot: every worker's switches, by
+// the wall clock, overlaid) and by the server's (an admin's list every
+// 100 ms).
 func (f *Fleet) Rollout(ctx context.Context, name, pct, version string, switchFor time.Duration) (RolloutResult, error) {
 	mu := intstr.FromString(pct)
-	max, err := v1alpha1.ResolveMaxUnavailable(&mu, len(f.nodes))
+	max, err := v1alpha1.ResolveMaxUnavailable(&mu, f.opts.N)
 	if err != nil {
 		return RolloutResult{}, err
 	}
 	res := RolloutResult{Max: max}
-	f.hosts.begin(switchFor)
+	if err := f.each(ctx, "BeginRollout", func(*worker) (any, any) { return switchFor, new(int) }, nil); err != nil {
+		return res, err
+	}
 	stop := make(chan struct{})
 	serverPeak := make(chan int, 1)
 	go func() { serverPeak <- f.watchSlots(ctx, name, stop) }()
-	f.meter.reset()
+	if err := f.resetMeters(ctx); err != nil {
+		close(stop)
+		return res, err
+	}
 	begin := time.Now()
 	if err := f.createRollout(ctx, name, pct, version); err != nil {
 		close(stop)
 		return res, err
 	}
-	for f.hosts.updated(version) < len(f.nodes) {
-		if !sleep(ctx, 100*time.Millisecond) {
+	updated := 0
+	for updated < f.opts.N && sleep(ctx, 250*time.Millisecond) {
+		updated = 0
+		err = f.each(ctx, "Updated", func(*worker) (any, any) { return version, new(int) }, func(_ *worker, r any) { updated += *r.(*int) })
+		if err != nil {
 			break
 		}
 	}
 	res.Took = time.Since(begin)
-	res.Complete = f.awaitComplete(ctx, name, begin, time.Minute)
-	res.Requests = f.meter.snapshot()
+	if err == nil {
+		res.Complete = f.awaitComplete(ctx, name, begin, time.Minute)
+	}
+	res.Requests, _ = f.snapshot(ctx, time.Since(begin).Seconds())
 	close(stop)
 	res.PeakServer = <-serverPeak
-	res.PeakAgents = f.hosts.peak.Load()
+	var sw []Interval
+	if e := f.eachInOrder(ctx, "Switches", func() any { return new([]Interval) }, func(r any) { sw = append(sw, *r.(*[]Interval)...) }); e != nil {
+		return res, e
+	}
+	res.PeakAgents = int32(peakOverlap(sw))
+	if err != nil {
+		return res, fmt.Errorf("rollout %s: %d of %d nodes updated: %w", name, updated, f.opts.N, err)
+	}
 	if ctx.Err() != nil {
-		return res, fmt.Errorf("rollout %s: %d of %d nodes updated before the deadline", name, f.hosts.updated(version), len(f.nodes))
+		return res, fmt.Errorf("rollout %s: %d of %d nodes updated before the deadline", name, updated, f.opts.N)
 	}
 	return res, nil
 }
 
-// stubHosts are the simulated hosts as the rollout sees them: which
-// release each runs, how many are switching now and at most.
+// Interval is one host's switch, from its start to its end (Unix ns).
+type Interval struct{ Begin, End int64 }
+
+// peakOverlap is the most intervals that overlap at one moment; an end
+// and a begin at the same nanosecond do not overlap.
+func peakOverlap(iv []Interval) int {
+	type edge struct {
+		at int64
+		d  int
+	}
+	var es []edge
+	for _, i := range iv {
+		es = append(es, edge{i.Begin, 1}, edge{i.End, -1})
+	}
+	sort.Slice(es, func(a, b int) bool {
+		if es[a].at != es[b].at {
+			return es[a].at < es[b].at
+		}
+		return es[a].d < es[b].d
+	})
+	cur, most := 0, 0
+	for _, e := range es {
+		cur += e.d
+		most = max(most, cur)
+	}
+	return most
+}
+
+// stubHosts are a worker's simulated hosts as the rollout sees them:
+// which release each runs, and each switch's start and end.
 type stubHosts struct {
 	mu        sync.Mutex
 	running   map[string]string // node -> Kubernetes version
 	switchFor time.Duration
-	holding   atomic.Int32
-	peak      atomic.Int32
+	switched  []Interval
 }
 
 func (h *stubHosts) begin(switchFor time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.switchFor = switchFor
-	h.peak.Store(0)
+	h.switched = nil
 }
 
 func (h *stubHosts) updated(version string) int {
@@ -99,6 +145,12 @@ func (h *stubHosts) updated(version string) int {
 		}
 	}
 	return n
+}
+
+func (h *stubHosts) switches() []Interval {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.switched)
 }
 
 // stubHost is node's fleet.Host: staging is instant, a switch waits
@@ -117,10 +169,9 @@ func (s stubHost) Running(_ context.Context, rel v1alpha1.Release) (bool, error)
 func (s stubHost) Stage(context.Context, v1alpha1.Release) error { return nil }
 
 func (s stubHost) Switch(ctx context.Context, rel v1alpha1.Release, _ time.Duration) error {
-	h := s.hosts.holding.Add(1)
-	defer s.hosts.holding.Add(-1)
-	for p := s.hosts.peak.Load(); h > p && !s.hosts.peak.CompareAndSwap(p, h); p = s.hosts.peak.Load() {
-	}
+	// Stamped inside the call: the agent holds its slot before the call
+	// and until after it returns, so these intervals lie within the holds.
+	begin := time.Now().UnixNano()
 	s.hosts.mu.Lock()
 	d := s.hosts.switchFor
 	s.hosts.mu.Unlock()
@@ -129,8 +180,9 @@ func (s stubHost) Switch(ctx context.Context, rel v1alpha1.Release, _ time.Durat
 		return ctx.Err()
 	}
 	s.hosts.mu.Lock()
+	defer s.hosts.mu.Unlock()
 	s.hosts.running[s.node] = rel.KubernetesVersion
-	s.hosts.mu.Unlock()
+	s.hosts.switched = append(s.hosts.switched, Interval{Begin: begin, End: time.Now().UnixNano()})
 	return nil
 }
 
@@ -140,14 +192,14 @@ func (s stubHost) Healthy(context.Context) error { return nil }
 // counted as "rollout-agent", its Record under dir. Its Nodes are an
 // informer of its own (counted as its); startAgents gives it the node's
 // shared one where there is one (not in legacy mode).
-func (f *Fleet) rolloutAgent(n *simNode, dir string) *fleet.Agent {
+func (s *shard) rolloutAgent(n *simNode, dir string) *fleet.Agent {
 	connect := func() (fleet.Clients, error) {
-		kc, err := n.client(f.meter, "rollout-agent", kubeclient.Follow)()
+		kc, err := n.client(s.meter, "rollout-agent", kubeclient.Follow)()
 		if err != nil {
 			return fleet.Clients{}, err
 		}
 		cfg := rest.CopyConfig(n.cfg)
-		cfg.WrapTransport = f.meter.wrap(n.name, "rollout-agent")
+		cfg.WrapTransport = s.meter.wrap(n.name, "rollout-agent")
 		ro, err := fleet.NewRollouts(cfg, nil)
 		if err != nil {
 			return fleet.Clients{}, err
@@ -161,8 +213,8 @@ func (f *Fleet) rolloutAgent(n *simNode, dir string) *fleet.Agent {
 		return fleet.Clients{Nodes: kc.CoreV1().Nodes(), Rollouts: ro, Slots: st}, nil
 	}
 	_ = os.MkdirAll(filepath.Join(dir, n.name), 0o755) // SaveRecord's, at the first phase, says if it failed
-	nodes := daemon.NewNodeInformer(n.client(f.meter, "rollout-agent", kubeclient.Follow), n.name)
-	return &fleet.Agent{NodeName: n.name, Host: stubHost{node: n.name, hosts: f.hosts}, Connect: connect, Nodes: nodes,
+	nodes := daemon.NewNodeInformer(n.client(s.meter, "rollout-agent", kubeclient.Follow), n.name)
+	return &fleet.Agent{NodeName: n.name, Host: stubHost{node: n.name, hosts: s.hosts}, Connect: connect, Nodes: nodes,
 		RecordPath: filepath.Join(dir, n.name, "rollout.json"), BootID: "boot-1"}
 }
 

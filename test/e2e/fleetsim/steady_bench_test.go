@@ -27,6 +27,11 @@ func TestFleetSimSteadyBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	sleep(ctx, 30*time.Second) // the start's lists over
 	window := func(name string, w window) {
 		agents := w.total(func(l string) bool { return l != "kubelet" })
