@@ -125,9 +125,15 @@ func FleetObjects() ([]any, error) {
 // kubelets' seats. A FlowSchema matches subjects and resources, not the
 // user agent (aks-flex-node/<version> names the agent in the audit log
 // and metrics only), so this one matches group system:nodes on the
-// rollouts and the Leases of aks-flex-node: the agents' traffic, never a
-// kubelet's. One flow per node (ByUser), so one noisy node queues behind
-// itself.
+// rollouts and the Leases of aks-flex-node (the agents' traffic), and on
+// lists and watches of Nodes: each agent's one Node informer lists every
+// Node, and the simulator at 1,000 nodes saw those lists, piled up after
+// a restart of the fleet, time out 16,000 requests of the built-in
+// node-high level in 10 minutes, kubelets' Lease renewals among them. A
+// kubelet's own list and watch of its Node (a field selector, which a
+// FlowSchema cannot see) moves here too; its heartbeats (Lease updates,
+// Node status patches) stay on node-high. One flow per node (ByUser), so
+// one noisy node queues behind itself.
 func fleetFlowControl(labels map[string]string) []any {
 	shares, lendable := int32(10), int32(50)
 	pl := &flowcontrolv1.PriorityLevelConfiguration{
@@ -157,6 +163,7 @@ func fleetFlowControl(labels map[string]string) []any {
 				ResourceRules: []flowcontrolv1.ResourcePolicyRule{
 					{Verbs: []string{"*"}, APIGroups: []string{v1alpha1.Group}, Resources: []string{v1alpha1.Resource, v1alpha1.Resource + "/status"}, ClusterScope: true},
 					{Verbs: []string{"*"}, APIGroups: []string{v1alpha1.Group}, Resources: []string{v1alpha1.SlotResource}, Namespaces: []string{v1alpha1.Namespace}},
+					{Verbs: []string{"list", "watch"}, APIGroups: []string{""}, Resources: []string{"nodes"}, ClusterScope: true},
 				},
 			}},
 		},

@@ -115,6 +115,22 @@ func TestFleetObjects(t *testing.T) {
 		fs.Spec.Rules[0].Subjects[0].Group.Name != "system:nodes" {
 		t.Errorf("flow schema %+v, priority level %s", fs.Spec, pl.Name)
 	}
+	// The agents' Node lists and watches leave node-high to the kubelets'
+	// heartbeats; no write of a Node or a Lease outside the slots' moves.
+	var nodeReads bool
+	for _, r := range fs.Spec.Rules[0].ResourceRules {
+		for _, res := range r.Resources {
+			switch {
+			case res == "nodes" && slices.Equal(r.Verbs, []string{"list", "watch"}) && slices.Equal(r.APIGroups, []string{""}):
+				nodeReads = true
+			case res == "nodes" || res == "nodes/status" || res == "leases":
+				t.Errorf("the fleet's flow schema takes %v of %s from the kubelets' level", r.Verbs, res)
+			}
+		}
+	}
+	if !nodeReads {
+		t.Errorf("the fleet's flow schema does not take the Nodes' lists and watches: %+v", fs.Spec.Rules[0].ResourceRules)
+	}
 	if !strings.HasPrefix(string(data), "# prepare --fleet\n") {
 		t.Errorf("header: %.40q", data)
 	}
