@@ -47,9 +47,10 @@ func flipByte(t *testing.T, p string) {
 	}
 }
 
-func TestStageOCI(t *testing.T) {
-	ctx := context.Background()
-	var blobGets atomic.Int32
+// blobCountingRegistry is testRegistry counting the blobs it serves.
+func blobCountingRegistry(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	blobGets := new(atomic.Int32)
 	host := testRegistry(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
@@ -58,6 +59,12 @@ func TestStageOCI(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	})
+	return host, blobGets
+}
+
+func TestStageOCI(t *testing.T) {
+	ctx := context.Background()
+	host, blobGets := blobCountingRegistry(t)
 	src := "oci://" + host + "/aks-flex/bootstrap-artifacts:k8s-{{ .KubernetesVersion }}"
 	if _, err := (Registry{}).Push(ctx, builtBundle(t), strings.ReplaceAll(src, "{{ .KubernetesVersion }}", testComponents.Kubernetes)); err != nil {
 		t.Fatal(err)
@@ -298,15 +305,7 @@ func TestStageOCIRemovesTempFilesOfAKilledPull(t *testing.T) {
 // downloaded), what is missing after a partial pull, nothing once staged.
 func TestStagingNeed(t *testing.T) {
 	ctx := context.Background()
-	var blobGets atomic.Int32
-	host := testRegistry(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
-				blobGets.Add(1)
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	host, blobGets := blobCountingRegistry(t)
 	ref := "oci://" + host + "/aks-flex/bootstrap-artifacts:k8s-" + testComponents.Kubernetes
 	built := builtBundle(t)
 	if _, err := (Registry{}).Push(ctx, built, ref); err != nil {

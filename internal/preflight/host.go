@@ -429,20 +429,32 @@ const (
 	MinFreeWarning = 10 * GiB
 )
 
+// freeUnder is the bytes free on the filesystem that holds (or will
+// hold) dir, and the existing ancestor of dir it asked about; a failed
+// result when it cannot tell.
+func (e *Env) freeUnder(dir string) (free uint64, anc string, failed *Result) {
+	anc, err := e.Prober.NearestExistingAncestor(dir)
+	if err != nil {
+		r := Error("check that /var/lib exists", "%v", err)
+		return 0, "", &r
+	}
+	host, err := e.onRoot(anc)
+	if err == nil {
+		free, err = e.FreeBytes(host)
+	}
+	if err != nil {
+		r := Error("check the filesystem holding "+anc, "statfs %s: %v", anc, err)
+		return 0, anc, &r
+	}
+	return free, anc, nil
+}
+
 func diskSpaceCheck(e *Env) Check {
 	machines := e.Layout.MachinesDir()
 	return NewCheck(NameDiskSpace, machines, func(context.Context) Result {
-		anc, err := e.Prober.NearestExistingAncestor(machines)
-		if err != nil {
-			return Error("check that /var/lib exists", "%v", err)
-		}
-		host, err := e.onRoot(anc)
-		free := uint64(0)
-		if err == nil {
-			free, err = e.FreeBytes(host)
-		}
-		if err != nil {
-			return Error("check the filesystem holding "+anc, "statfs %s: %v", anc, err)
+		free, anc, failed := e.freeUnder(machines)
+		if failed != nil {
+			return *failed
 		}
 		have := fmt.Sprintf("%.1f GiB free on the filesystem holding %s (statfs of %s)", float64(free)/float64(GiB), machines, anc)
 		remedy := fmt.Sprintf("free space on the filesystem holding %s or grow it; at least %d GiB are needed, %d GiB recommended", machines, MinFreeError/GiB, MinFreeWarning/GiB)

@@ -44,17 +44,9 @@ func stagingSpaceCheck(e *Env) Check {
 		if need == 0 {
 			return OK("%s is staged under %s", src, bundles)
 		}
-		anc, err := e.Prober.NearestExistingAncestor(bundles)
-		if err != nil {
-			return Error("check that /var/lib exists", "%v", err)
-		}
-		host, err := e.onRoot(anc)
-		free := uint64(0)
-		if err == nil {
-			free, err = e.FreeBytes(host)
-		}
-		if err != nil {
-			return Error("check the filesystem holding "+anc, "statfs %s: %v", anc, err)
+		free, anc, failed := e.freeUnder(bundles)
+		if failed != nil {
+			return *failed
 		}
 		have := fmt.Sprintf("%s to pull from %s into %s, %s free on its filesystem (statfs of %s)", mib(need), src, bundles, mib(free), anc)
 		if free < need+stagingMargin {
