@@ -2,18 +2,11 @@ package fleetrollout
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -27,6 +20,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
 	"github.com/Azure/aks-flex-node/test/aclhost"
+	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 )
 
 // The agent binaries of agentRelease: the release's, built with another
@@ -127,7 +121,7 @@ func (e *env) agentRelease(t *testing.T) {
 // restarted to read it (Go reads the system roots once per process).
 func (e *env) serveAgentBinaries(t *testing.T, files map[string][]byte) string {
 	t.Helper()
-	caPEM, cert := serverCert(t)
+	caPEM, cert := kubetest.LoopbackServingCert(t)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, ok := files[r.URL.Path]
 		if !ok {
@@ -151,29 +145,6 @@ func (e *env) serveAgentBinaries(t *testing.T, files map[string][]byte) string {
 		m.h.RunOK(t, "systemctl", "restart", "aks-flex-node-agent")
 	}
 	return "https://" + addr
-}
-
-// serverCert is a CA (PEM) and a certificate for 127.0.0.1 it signed.
-func serverCert(t *testing.T) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "aks-flex-node e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	must(t, err)
-	ca, err = x509.ParseCertificate(caDER)
-	must(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	must(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // agentVersionOf is the version the host's running agent service reports.

@@ -2,19 +2,11 @@ package repave
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +22,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/fleet"
 	"github.com/Azure/aks-flex-node/internal/fleet/v1alpha1"
+	"github.com/Azure/aks-flex-node/test/e2e/kubetest"
 )
 
 // The agent's versions in fleetAgentRelease: the installed one is
@@ -219,7 +212,7 @@ func (e *env) prepareFleet(t *testing.T) {
 // and put in the host's trust store; it returns the base URL.
 func (e *env) serveAgents(t *testing.T, files map[string][]byte) string {
 	t.Helper()
-	caPEM, cert := testCert(t)
+	caPEM, cert := kubetest.LoopbackServingCert(t)
 	must(t, e.h.WriteFile(e2eCAFile, caPEM, 0o644))
 	t.Cleanup(func() { _, _, _ = e.h.Run(context.Background(), "rm", "-f", e2eCAFile) })
 	ln, err := e.h.ListenTCP("127.0.0.1:0")
@@ -236,30 +229,6 @@ func (e *env) serveAgents(t *testing.T, files map[string][]byte) string {
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "https://" + ln.Addr().String()
-}
-
-// testCert is a CA (PEM) and a serving certificate for 127.0.0.1 it
-// signed.
-func testCert(t *testing.T) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "aks-flex-node e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	must(t, err)
-	ca, err = x509.ParseCertificate(caDER)
-	must(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	must(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // createAgentRollout creates rollout name whose release is the agent at
