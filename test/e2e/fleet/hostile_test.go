@@ -60,14 +60,20 @@ type hostileNode struct{ name, podCIDR, internalIP string }
 // as before.
 func (f *fleet) checkHostileNodes(t *testing.T) {
 	canary := hostileNode{"canary", "10.244.201.0/24", fmt.Sprintf("10.250.%d.202", f.lab.link.N)}
+	// The hosts as their agents keep them: an agent that started with
+	// the last join writes its masquerade table at its first pass, which
+	// can come a moment after the fleet is Ready.
 	before := map[string]string{}
-	for _, m := range f.members {
-		s, _, err := podNetOf(f.ctx, m, canary.podCIDR)
-		if err != nil {
-			t.Fatal(err)
+	poll(t, f.ctx, 2*time.Minute, "each host's agent has written its routes and masquerade", func() string {
+		for _, m := range f.members {
+			s, _, err := podNetOf(f.ctx, m, canary.podCIDR)
+			if err != nil {
+				return m.name + ": " + err.Error()
+			}
+			before[m.name] = s
 		}
-		before[m.name] = s
-	}
+		return ""
+	})
 	hostile := []hostileNode{
 		{"hostile-half", "128.0.0.0/1", fmt.Sprintf("10.250.%d.200", f.lab.link.N)},
 		{"hostile-metadata", "169.254.169.254/32", fmt.Sprintf("10.250.%d.201", f.lab.link.N)},
