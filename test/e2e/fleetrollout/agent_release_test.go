@@ -38,6 +38,10 @@ const (
 // rollout on the first node, which is back on its last-good agent,
 // Failed at agent and holding its slot, while the others stay staged.
 func (e *env) agentRelease(t *testing.T) {
+	// The scenario before leaves its rollout (to-e), and the oldest
+	// rollout that selects a node is the one it follows: start clean.
+	_, err := e.cp.Kubectl(e.ctx, nil, "delete", "fnr", "--all", "--wait", "--timeout=60s")
+	must(t, err)
 	dist := t.TempDir()
 	nextPath := filepath.Join(dist, "aks-flex-node-next")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", nextPath, "-ldflags", "-X github.com/Azure/aks-flex-node/internal/buildinfo.Version="+nextAgentVersion, "./cmd/aks-flex-node")
