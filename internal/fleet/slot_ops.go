@@ -57,6 +57,24 @@ func (s *Slots) write(ctx context.Context, sl *Slot, what string, change func(*c
 	l := sl.Lease.DeepCopy()
 	change(l)
 	out, err := s.Store.Update(ctx, l)
+	if apierrors.IsConflict(err) {
+		// A conflict is not always a takeover: on a loaded API server our
+		// last write can land after its client gave up on it (a request
+		// timeout), and we hold an older resourceVersion of a Lease that
+		// still names us. A quorum read tells the two apart; only another
+		// holder (or none: an operator's clear, a release that landed) is
+		// a lost slot, and a failed read is an error to try again, not a
+		// loss.
+		cur, rerr := s.stored(ctx, l.Name)
+		switch {
+		case rerr != nil:
+			return fmt.Errorf("%s slot %s: %v; reading it back: %w", what, l.Name, err, rerr)
+		case cur != nil && holderOf(cur) == s.Holder.String():
+			l = cur.DeepCopy()
+			change(l)
+			out, err = s.Store.Update(ctx, l)
+		}
+	}
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
 		return fmt.Errorf("%s slot %s: %w (%v)", what, l.Name, ErrSlotLost, err)
@@ -65,4 +83,19 @@ func (s *Slots) write(ctx context.Context, sl *Slot, what string, change func(*c
 	}
 	sl.Lease = out
 	return nil
+}
+
+// stored is slot name as the server has it now (a quorum list of the
+// rollout's slots: a few Leases), nil when it is gone.
+func (s *Slots) stored(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	list, err := s.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == name {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
 }

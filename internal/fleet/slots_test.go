@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,5 +318,132 @@ func TestHolderDownKeepsSlotUntilBackOrDeleted(t *testing.T) {
 	delete(nodes, "edge-2")
 	if got, err := third.Acquire(ctx, 1); err != nil || holderOf(got.Lease) != third.Holder.String() {
 		t.Fatalf("edge-2's Node deleted: %+v %v, want the slot taken", got, err)
+	}
+}
+
+// lateStore is a memStore whose next Update lands and then answers with
+// a timeout, as a write does whose client gave up on a loaded server.
+type lateStore struct {
+	*memStore
+	late bool
+}
+
+func (s *lateStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	out, err := s.memStore.Update(ctx, l)
+	if err == nil && s.late {
+		s.late = false
+		return nil, apierrors.NewTimeoutError("the request did not complete in time", 1)
+	}
+	return out, err
+}
+
+// A renewal whose answer was lost leaves the holder an older
+// resourceVersion; the next renewal's conflict is its own write, not a
+// takeover, and the slot is kept. Another holder, or none, is still a
+// lost slot.
+func TestRenewAfterItsOwnLateWrite(t *testing.T) {
+	st := &lateStore{memStore: &memStore{leases: map[string]coordinationv1.Lease{}}}
+	nodes := aliveNodes{"edge-1": "uid-1"}
+	s := &Slots{Store: st, Nodes: nodes, Rollout: "r", TTL: time.Minute, Holder: Holder{Node: "edge-1", UID: "uid-1", BootID: "b"}}
+	sl, err := s.Acquire(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.late = true
+	if err := s.Renew(context.Background(), sl); err == nil || apierrors.IsConflict(err) || errors.Is(err, ErrSlotLost) {
+		t.Fatalf("the late renewal: %v, want its timeout", err)
+	}
+	if err := s.Renew(context.Background(), sl); err != nil {
+		t.Fatalf("the next renewal: %v, want the slot kept", err)
+	}
+	if got := st.leases[sl.Lease.Name].ResourceVersion; got != sl.Lease.ResourceVersion {
+		t.Fatalf("holder has resourceVersion %s, the server %s", sl.Lease.ResourceVersion, got)
+	}
+
+	// Taken over (another holder wrote it): lost, and nothing written.
+	other := st.leases[sl.Lease.Name]
+	id := "edge-2/uid-2/b"
+	other.Spec.HolderIdentity = &id
+	if _, err := st.memStore.Update(context.Background(), &other); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Renew(context.Background(), sl); !errors.Is(err, ErrSlotLost) {
+		t.Fatalf("renewing a slot taken over: %v, want ErrSlotLost", err)
+	}
+	if h := holderOf(ptr(st.leases[sl.Lease.Name])); h != id {
+		t.Fatalf("the slot's holder is %q after the lost renewal, want %q", h, id)
+	}
+}
+
+// refusingStore is a memStore whose next refuse Updates fail as a loaded
+// server's priority and fairness refuses them (429), each refusal noted.
+type refusingStore struct {
+	*memStore
+	mu      sync.Mutex
+	refuse  int
+	refused []time.Time
+}
+
+func (s *refusingStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refuse > 0 {
+		s.refuse--
+		s.refused = append(s.refused, time.Now())
+		return nil, apierrors.NewTooManyRequests("the server has received too many requests", 1)
+	}
+	return s.memStore.Update(ctx, l)
+}
+
+func (s *refusingStore) List(ctx context.Context) (*coordinationv1.LeaseList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memStore.List(ctx)
+}
+
+// A holder whose renewals the server refuses tries again within seconds,
+// not a third of the TTL later, and keeps its slot once one lands.
+func TestRenewRetriesSoonAfterARefusal(t *testing.T) {
+	st := &refusingStore{memStore: &memStore{leases: map[string]coordinationv1.Lease{}}}
+	a := &Agent{SlotTTL: 9 * time.Second} // renews every 3 s
+	a.slots = &Slots{Store: st, Nodes: aliveNodes{"edge-1": "uid-1"}, Rollout: "r", TTL: a.SlotTTL, Holder: Holder{Node: "edge-1", UID: "uid-1", BootID: "b"}}
+	sl, err := a.slots.Acquire(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := sl.Lease.ResourceVersion
+	st.refuse = 2
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stop := a.renew(ctx, cancel, sl)
+	// The first renewal at 3 s is refused, then 0.5-1 s later the second,
+	// then 1-2 s later the third lands: at most 6 s, where a third of the
+	// TTL between attempts would be 9 s.
+	deadline := time.Now().Add(7 * time.Second)
+	for time.Now().Before(deadline) && sl.Lease.ResourceVersion == rv {
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.refused) != 2 || sl.Lease.ResourceVersion == rv {
+		t.Fatalf("%d renewals refused, slot at resourceVersion %s (was %s): the renewal was not tried again soon", len(st.refused), sl.Lease.ResourceVersion, rv)
+	}
+	if gap := st.refused[1].Sub(st.refused[0]); gap > 1500*time.Millisecond {
+		t.Errorf("the second attempt came %s after the first refusal, want 0.5-1 s", gap)
+	}
+	if context.Cause(ctx) != nil {
+		t.Errorf("the work was cancelled: %v", context.Cause(ctx))
+	}
+}
+
+func TestRenewRetryBounds(t *testing.T) {
+	every := 20 * time.Second
+	for failed, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 16 * time.Second, 6: every, 40: every} {
+		for range 50 {
+			if d := renewRetry(failed, every); d < want/2 || d > want {
+				t.Fatalf("renewRetry(%d) = %s, want %s-%s", failed, d, want/2, want)
+			}
+		}
 	}
 }
