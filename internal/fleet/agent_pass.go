@@ -158,6 +158,9 @@ func (a *Agent) start(ctx context.Context, r *v1alpha1.FlexNodeRollout, others [
 		a.rec.ResumedAt = resumedAt(r)
 		return false, 0, a.report(ctx, PhaseFailed, StepStage, "InvalidRelease", errs.ToAggregate().Error())
 	}
+	if !sleep(ctx, a.stageWait(r)) {
+		return false, a.retryAfter(), nil
+	}
 	running, err := a.Host.Running(ctx, rel)
 	if err != nil {
 		return false, 0, fmt.Errorf("compare the release with what the node runs: %w", err)
@@ -195,6 +198,31 @@ func stepAndReason(err error, step, reason string) (string, string) {
 		}
 	}
 	return step, reason
+}
+
+// Staging starts spread over stageSpreadPerNode for each node the
+// rollout selects, at most maxStageSpread: a new rollout reaches every
+// agent within a second, and a thousand nodes that all pulled the
+// release from one site registry and wrote their Staged condition at
+// once (a Node write each, which the API server sends to every agent
+// that watches the Nodes: N² events in seconds) made the fleet
+// simulator's API server refuse the kubelets' heartbeats
+// (docs/reference/fleet-scale.md). A few nodes wait a fraction of a
+// second.
+const (
+	stageSpreadPerNode = 50 * time.Millisecond
+	maxStageSpread     = time.Minute
+)
+
+// stageWait is this node's random wait before staging r (none when the
+// agent's Spread is negative: tests that want no randomness).
+func (a *Agent) stageWait(r *v1alpha1.FlexNodeRollout) time.Duration {
+	if a.Spread < 0 {
+		return 0
+	}
+	selected, _ := peers(r, a.cache.allNodes())
+	d := min(time.Duration(selected)*stageSpreadPerNode, maxStageSpread)
+	return rand.N(d + 1)
 }
 
 // failMessage is err for the condition's message: a Host's StepError

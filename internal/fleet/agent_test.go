@@ -239,3 +239,36 @@ func TestInUseCountsTheNodesThatHoldSlots(t *testing.T) {
 		t.Error("three in use of four: not free")
 	}
 }
+
+// Staging a new rollout starts spread over 50 ms a selected node (a
+// minute at most), so a thousand nodes do not pull the release and write
+// their Staged condition in the same second; none with Spread negative.
+func TestStageWaitGrowsWithTheFleet(t *testing.T) {
+	r := selecting("b", 1, time.Now(), map[string]string{"pool": "edge"})
+	nodesOf := func(n int) *Agent {
+		var nodes []*corev1.Node
+		for i := range n {
+			nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i), Labels: map[string]string{"pool": "edge"}}})
+		}
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other"}}) // not selected
+		return &Agent{cache: &agentCache{nodes: storeNodes(t, nodes...)}}
+	}
+	for n, most := range map[int]time.Duration{4: 200 * time.Millisecond, 100: 5 * time.Second, 5000: time.Minute} {
+		a := nodesOf(n)
+		var longest time.Duration
+		for range 200 {
+			d := a.stageWait(r)
+			if d < 0 || d > most {
+				t.Fatalf("%d nodes: a wait of %s, want 0-%s", n, d, most)
+			}
+			longest = max(longest, d)
+		}
+		if longest < most/2 {
+			t.Errorf("%d nodes: the longest of 200 waits %s, want them spread up to %s", n, longest, most)
+		}
+		a.Spread = -1
+		if d := a.stageWait(r); d != 0 {
+			t.Errorf("%d nodes, Spread -1: a wait of %s", n, d)
+		}
+	}
+}
