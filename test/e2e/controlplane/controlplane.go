@@ -7,6 +7,7 @@ package controlplane
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -65,6 +66,10 @@ type Options struct {
 	// AuthenticationConfiguration (--authentication-config): how tests
 	// make the API server trust a fake Entra tenant's tokens.
 	AuthenticationConfig []byte
+	// PodCIDR is the cluster CIDR the controller-manager allocates each
+	// Node a /24 of. Default PodCIDR (256 Nodes); the fleet simulator's
+	// thousands of Nodes need a wider one.
+	PodCIDR string
 	// SigningDuration, when set, is how long the certificates the
 	// controller-manager signs for CSRs are valid
 	// (--cluster-signing-duration): short, a test sees the kubelets renew
@@ -383,7 +388,7 @@ func (c *ControlPlane) startControllers(ctx context.Context, opts *Options, pl *
 		"--service-account-private-key-file=" + pl.pki.saKeyFile,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + PodCIDR,
+		"--cluster-cidr=" + cmp.Or(opts.PodCIDR, PodCIDR),
 		"--requestheader-client-ca-file=" + pl.pki.frontProxyCAFile,
 		"--profiling=false",
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/Azure/aks-flex-node/internal/layout"
 	"github.com/Azure/aks-flex-node/internal/network"
 	"github.com/Azure/aks-flex-node/internal/state"
-	"github.com/Azure/aks-flex-node/test/e2e/controlplane"
 )
 
 // simAgent is one node's agent: the daemon's own loop runner
@@ -74,7 +73,7 @@ func newAgent(dir string, n *simNode, m *meter, withWriter bool) (*simAgent, *da
 	}}
 	a.nodes = daemon.NewNodeInformer(a.clients["node-informer"], n.name)
 	log := slog.New(slog.DiscardHandler)
-	routes := &daemon.PodRouteKeeper{Layout: l, Log: log, Nodes: a.nodes, ClusterPodCIDR: controlplane.PodCIDR,
+	routes := &daemon.PodRouteKeeper{Layout: l, Log: log, Nodes: a.nodes, ClusterPodCIDR: PodCIDR,
 		Window: agentInterval, Net: network.Cleaner{Routes: network.Routes{Run: a.routes.run}, HasNft: func() bool { return true }}}
 	object := &daemon.NodeObjectKeeper{Keeper: &daemon.MachineKeeper{Layout: l, Log: log}, Nodes: a.nodes, Client: a.clients["keep-node-object"]}
 	// Every agent is a candidate for the rollouts' status writer, as in

@@ -130,11 +130,14 @@ func (f *Fleet) Close() error {
 // Propagation changes Node i's InternalIP (its kubelet posts a new
 // address) and returns how long the change took to reach each agent's
 // view of the Nodes, in order of arrival per worker; an agent that did
-// not see it within timeout is an error. The workers stamp arrivals with
-// the wall clock, which the processes of one machine share.
-func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.Duration) ([]time.Duration, error) {
+// not see it within timeout is an error; post is how long the post
+// itself took to be answered (so took minus post is a lower bound of the
+// way from the change's commit to each agent, took an upper one). The
+// workers stamp arrivals with the wall clock, which the processes of one
+// machine share.
+func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.Duration) (took []time.Duration, post time.Duration, err error) {
 	if err := f.each(ctx, "Await", func(*worker) (any, any) { return AwaitArgs{Target: f.names[i], IP: ip}, new(int) }, nil); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// From the moment the kubelet sends its post: on a server that queues
 	// it (APF), the wait is part of the change's way to the agents; the
@@ -143,14 +146,14 @@ func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.
 	for _, w := range f.workers {
 		if i >= w.lo && i < w.hi {
 			if err := w.call(ctx, "PostStatus", PostArgs{I: i, IP: ip}, new(int)); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		}
 	}
-	f.opts.Logf("fleetsim: Node %s's status post at %s took %s", f.names[i], ip, time.Since(t0).Round(time.Millisecond))
-	var took []time.Duration
+	post = time.Since(t0)
+	f.opts.Logf("fleetsim: Node %s's status post at %s took %s", f.names[i], ip, post.Round(time.Millisecond))
 	missed := 0
-	err := f.each(ctx, "Arrivals", func(*worker) (any, any) { return timeout, new(Arrivals) }, func(_ *worker, r any) {
+	err = f.each(ctx, "Arrivals", func(*worker) (any, any) { return timeout, new(Arrivals) }, func(_ *worker, r any) {
 		a := r.(*Arrivals)
 		for _, at := range a.At {
 			took = append(took, time.Unix(0, at).Sub(t0))
@@ -158,12 +161,12 @@ func (f *Fleet) Propagation(ctx context.Context, i int, ip string, timeout time.
 		missed += a.Missed
 	})
 	if err != nil {
-		return took, err
+		return took, post, err
 	}
 	if missed > 0 {
-		return took, fmt.Errorf("%d of %d agents did not see Node %s at %s within %s", missed, f.opts.N, f.names[i], ip, timeout)
+		return took, post, fmt.Errorf("%d of %d agents did not see Node %s at %s within %s", missed, f.opts.N, f.names[i], ip, timeout)
 	}
-	return took, nil
+	return took, post, nil
 }
 
 // Routes is the routes each agent's host has (none in legacy mode).

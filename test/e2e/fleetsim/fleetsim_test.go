@@ -51,7 +51,7 @@ func TestFleetSim(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	took, err := f.Propagation(ctx, 3, "10.1.200.3", 30*time.Second)
+	took, _, err := f.Propagation(ctx, 3, "10.1.200.3", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

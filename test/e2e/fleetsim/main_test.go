@@ -33,7 +33,7 @@ func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: binDir, WorkDir: filepath.Join(t.TempDir(), "cp"), Logf: t.Logf})
+	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: binDir, WorkDir: filepath.Join(t.TempDir(), "cp"), PodCIDR: PodCIDR, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

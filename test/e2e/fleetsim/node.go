@@ -34,6 +34,11 @@ const (
 	leaseRenew    = 10 * time.Second
 )
 
+// PodCIDR is the simulated cluster's: a /24 for each of up to 4,096
+// Nodes (the end-to-end tests' 10.244.0.0/16 holds 256, and the rest of
+// a larger fleet would have no pod range, so no routes to keep).
+const PodCIDR = "10.128.0.0/12"
+
 func nodeName(i int) string { return fmt.Sprintf("sim-%04d", i) }
 
 // nodeIP is node i's InternalIP: all in 10.1.0.0/16, one subnet, so
