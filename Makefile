@@ -179,7 +179,7 @@ FLEETSIM_REST ?= 2m
 bench-fleet-sim:
 	test/e2e/build-k8s.sh >/dev/null
 	set -o pipefail; cd test/e2e && AKS_FLEX_NODE_E2E=1 AKS_FLEX_NODE_BENCH=1 AKS_FLEX_NODE_BENCH_FLEETSIM_N=$(N) AKS_FLEX_NODE_BENCH_FLEETSIM_MODES=$(FLEETSIM_MODES) AKS_FLEX_NODE_BENCH_FLEETSIM_REST=$(FLEETSIM_REST) \
-		$(GO) test -count=1 -timeout 6h -v -run '^TestFleetSimBench$$' ./fleetsim/ | grep --line-buffered -E 'BENCH|fleetsim:|^(--- )?FAIL|^ok'
+		$(GO) test -count=1 -timeout 6h -v -run '^TestFleetSimBench$$' ./fleetsim/ | grep --line-buffered -E 'BENCH|fleetsim:|_test\.go:[0-9]+: |^(--- )?FAIL|^ok'
 
 # Fleet rollout figures (issue 29): N = 3 ACL-like hosts joined at
 # Kubernetes 1.34.2 on one bridge; a FlexNodeRollout to 1.35.4 and another
