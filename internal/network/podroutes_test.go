@@ -3,8 +3,10 @@ package network
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -194,3 +196,56 @@ func TestMasqueradeRules(t *testing.T) {
 
 // Prefix is netip.Prefix, short for the tables above.
 type Prefix = netip.Prefix
+
+// The sweep names the same clashes as comparing every pair, for ranges
+// of every size, nested, equal, adjacent and apart.
+func TestOverlappingMatchesEveryPair(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 1))
+	for round := range 300 {
+		var cand []Peer
+		for i := range 1 + rng.IntN(40) {
+			a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(8)), byte(rng.IntN(256))})
+			bits := []int{0, 8, 14, 16, 22, 24, 24, 24, 26, 32}[rng.IntN(10)]
+			cand = append(cand, Peer{Name: fmt.Sprintf("n%d", i), PodCIDR: netip.PrefixFrom(a, bits).Masked()})
+		}
+		got := overlapping(cand)
+		for i, p := range cand {
+			var want []string
+			for j, o := range cand {
+				if i != j && o.PodCIDR.Overlaps(p.PodCIDR) {
+					want = append(want, o.Name)
+				}
+			}
+			g := slices.Clone(got[i])
+			slices.Sort(g)
+			slices.Sort(want)
+			if !slices.Equal(g, want) {
+				t.Fatalf("round %d: %s (%s) clashes with %v, want %v", round, p.Name, p.PodCIDR, g, want)
+			}
+		}
+	}
+}
+
+// BenchmarkPodRoutes is one plan of the routes to N peers, each with its
+// own /24 on one subnet: what keep-pod-routes does on every node each
+// time a Node's route changes.
+func BenchmarkPodRoutes(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			pn := PodNet{Cluster: mp("10.128.0.0/10"), Own: mp("10.128.0.0/24")}
+			h := HostNet{Addrs: []Addr{{Dev: "eth0", Prefix: mp("10.1.200.1/16")}},
+				Routes: []Route{{Dst: mp("0.0.0.0/0"), Gateway: ma("10.1.255.254"), Dev: "eth0"}}}
+			var peers []Peer
+			for i := 1; i <= n; i++ {
+				peers = append(peers, Peer{Name: fmt.Sprintf("n%d", i),
+					PodCIDR:    netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(128 + i>>8), byte(i), 0}), 24),
+					InternalIP: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})})
+			}
+			for b.Loop() {
+				if plan := PodRoutes(pn, peers, h); len(plan.Routes) != n {
+					b.Fatalf("%d routes of %d peers (refused %v)", len(plan.Routes), n, plan.Refused[:min(3, len(plan.Refused))])
+				}
+			}
+		})
+	}
+}
