@@ -78,6 +78,7 @@ type phaseChange struct {
 // writerState is what the informers' handlers hand the write loop.
 type writerState struct {
 	changed chan struct{}
+	events  chan *corev1.Event // to the term's sender (sendEvents)
 
 	mu      sync.Mutex
 	changes []phaseChange
@@ -109,7 +110,8 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 	if w.Nodes == nil {
 		return errors.New("the status writer needs the process's Node informer (StatusWriter.Nodes)")
 	}
-	st := &writerState{changed: make(chan struct{}, 1)}
+	st := &writerState{changed: make(chan struct{}, 1), events: make(chan *corev1.Event, eventQueue)}
+	go w.sendEvents(ctx, st.events)
 	w.followNodes(ctx, st)
 	rollouts, rctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: w.rolloutsListWatch(), ObjectType: &v1alpha1.FlexNodeRollout{},
@@ -180,7 +182,7 @@ func (w *StatusWriter) round(ctx context.Context, st *writerState, rollouts cach
 			}
 		}
 	}
-	w.record(ctx, changes, byName)
+	w.record(changes, byName, st.events)
 }
 
 // write writes r's status when Aggregate says it changed: a

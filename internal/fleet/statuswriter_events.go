@@ -80,10 +80,15 @@ func looseRelease(n *corev1.Node) (NodeRelease, bool) {
 	return r, true
 }
 
-// record writes an Event on each changed node's rollout, as far as the
-// rate limit allows; a failure is logged (an Event is never the failure
-// of what it is about).
-func (w *StatusWriter) record(ctx context.Context, changes []phaseChange, rollouts map[string]*v1alpha1.FlexNodeRollout) {
+// record queues an Event on each changed node's rollout for the term's
+// sender (sendEvents), as far as the rate limit and the queue allow; the
+// rest are dropped and counted. It never waits for the API server: a
+// round that sent its Events itself spent as long as the client's own
+// limit took for each (5 a second) and, with every change of a large
+// rollout accepted while it sent, did not come back to write the status
+// for minutes (the fleet simulator's 500-node rollout: the status stuck
+// at "0 updated" while 400 nodes had updated).
+func (w *StatusWriter) record(changes []phaseChange, rollouts map[string]*v1alpha1.FlexNodeRollout, queue chan<- *corev1.Event) {
 	dropped := 0
 	for i, c := range changes {
 		r := rollouts[c.to.Rollout]
@@ -94,16 +99,35 @@ func (w *StatusWriter) record(ctx context.Context, changes []phaseChange, rollou
 			dropped++
 			continue
 		}
-		ev := phaseEvent(r, c, w.Identity, time.Now(), i)
-		ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := w.core.createEvent(ectx, ev)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			w.Log.Warn("status writer: could not record an Event on the rollout", "rollout", r.Name, "node", c.node, "reason", ev.Reason, "error", err)
+		select {
+		case queue <- phaseEvent(r, c, w.Identity, time.Now(), i):
+		default:
+			dropped++
 		}
 	}
 	if dropped > 0 {
 		w.Log.Info("status writer: Events dropped by the rate limit", "dropped", dropped)
+	}
+}
+
+// eventQueue is how many Events wait for the sender at most.
+const eventQueue = 100
+
+// sendEvents creates the queued Events one at a time until ctx ends; a
+// failure is logged (an Event is never the failure of what it is about).
+func (w *StatusWriter) sendEvents(ctx context.Context, queue <-chan *corev1.Event) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-queue:
+			ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := w.core.createEvent(ectx, ev)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				w.Log.Warn("status writer: could not record an Event on the rollout", "rollout", ev.InvolvedObject.Name, "reason", ev.Reason, "error", err)
+			}
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,8 @@ type fakeAPI struct {
 	failGets       bool
 	// failSlotWatches makes every watch of the slots fail (500).
 	failSlotWatches bool
+	// eventDelay is how long each Event's create takes to answer.
+	eventDelay time.Duration
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *rest.Config) {
@@ -97,6 +100,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			status(w, 400, "BadRequest", err.Error())
 			return
 		}
+		f.mu.Lock()
+		delay := f.eventDelay
+		f.mu.Unlock()
+		time.Sleep(delay)
 		f.mu.Lock()
 		f.events = append(f.events, ev)
 		f.mu.Unlock()

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -116,4 +117,45 @@ func TestPhaseEventOfAnUnknownPhase(t *testing.T) {
 	if ev.Reason != "Held" || ev.Type != corev1.EventTypeNormal || ev.Message != "node m: Held (Operator)" {
 		t.Errorf("event %s %s %q", ev.Reason, ev.Type, ev.Message)
 	}
+}
+
+// Events never hold the status up: sixty nodes moving at once queue
+// sixty Events, each slow to create (300 ms, a loaded server), and the
+// status still follows the nodes within the round's pace.
+func TestStatusWriterDoesNotWaitForItsEvents(t *testing.T) {
+	f, cfg := newFakeAPI(t)
+	r := rollout(1, false)
+	r.UID = "uid-edge-b"
+	f.setRollout(r)
+	const n = 60
+	for i := range n {
+		f.setNode(node(fmt.Sprintf("n%02d", i), "edge", "edge-b", 1, PhaseStaged))
+	}
+	w, err := NewStatusWriter(cfg, nil, fakeNodes(t, cfg), "a/123", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Settle, w.MinInterval = 20*time.Millisecond, 50*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "the first status", func() bool { return f.getRollout("edge-b").Status.Staged == n })
+	f.mu.Lock()
+	f.eventDelay = 300 * time.Millisecond
+	f.mu.Unlock()
+	for i := range n {
+		f.setNode(node(fmt.Sprintf("n%02d", i), "edge", "edge-b", 1, PhaseUpdating))
+	}
+	waitFor(t, "every node updating in the status", func() bool { return f.getRollout("edge-b").Status.Updating == n })
+	for i := range n {
+		f.setNode(node(fmt.Sprintf("n%02d", i), "edge", "edge-b", 1, PhaseUpdated))
+	}
+	// Sending the sixty Events one after another takes 18 s.
+	waitFor(t, "every node updated in the status", func() bool { return f.getRollout("edge-b").Status.Updated == n })
 }
