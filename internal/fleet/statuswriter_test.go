@@ -48,15 +48,7 @@ func TestStatusWriterFollowsTheNodes(t *testing.T) {
 	var results []string
 	var resMu sync.Mutex
 	w.Wrote = func(s string) { resMu.Lock(); results = append(results, s); resMu.Unlock() }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer running(t, w)()
 	waitFor(t, "the first status", func() bool { return f.getRollout("edge-b").Status.Selected == 2 })
 	st := f.getRollout("edge-b").Status
 	if st.Updated != 1 || st.Staged != 1 || st.ObservedGeneration != 1 {
@@ -136,15 +128,7 @@ func TestStatusWriterDoesNotWaitForItsEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Settle, w.MinInterval = 20*time.Millisecond, 50*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer running(t, w)()
 	waitFor(t, "the first status", func() bool { return f.getRollout("edge-b").Status.Staged == n })
 	f.mu.Lock()
 	f.eventDelay = 300 * time.Millisecond
@@ -158,4 +142,17 @@ func TestStatusWriterDoesNotWaitForItsEvents(t *testing.T) {
 	}
 	// Sending the sixty Events one after another takes 18 s.
 	waitFor(t, "every node updated in the status", func() bool { return f.getRollout("edge-b").Status.Updated == n })
+}
+
+// running runs w until the returned stop, which fails t if Run failed.
+func running(t *testing.T, w *StatusWriter) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
 }
