@@ -411,7 +411,7 @@ func TestRenewRetriesSoonAfterARefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv := sl.Lease.ResourceVersion
+	rv, name := sl.Lease.ResourceVersion, sl.Lease.Name
 	st.refuse = 2
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -419,8 +419,15 @@ func TestRenewRetriesSoonAfterARefusal(t *testing.T) {
 	// The first renewal at 3 s is refused, then 0.5-1 s later the second,
 	// then 1-2 s later the third lands: at most 6 s, where a third of the
 	// TTL between attempts would be 9 s.
+	// The renewer owns sl until stop: the test watches the store.
+	stored := func() string {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		l := st.leases[name]
+		return l.ResourceVersion
+	}
 	deadline := time.Now().Add(7 * time.Second)
-	for time.Now().Before(deadline) && sl.Lease.ResourceVersion == rv {
+	for time.Now().Before(deadline) && stored() == rv {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
