@@ -36,7 +36,10 @@ deps:
 # - then the rest of test/e2e, E2E_LONGEST first, two at a time (go test
 #   starts packages in the order it is given them).
 # The critical path is the longest early package, not a sum. The
-# background's output comes at the end; any failure fails the run. A name
+# background's output comes at the end; any failure fails the run, and
+# its last lines then name each failed test and its error
+# (test/failsummary/failures.sh): a CI that keeps only a run's tail
+# shows which test failed and why, not the last host's console. A name
 # below that is no package of test/e2e fails the run: every package still
 # runs, but the order would be silently lost.
 # -timeout: on a cold cache test/fixtures builds the worker image and the
@@ -53,12 +56,13 @@ test: deps build
 	early=$$(pick $(E2E_EARLY)); later=$$(pick $(E2E_LONGEST)); \
 	later+=$$'\n'$$(grep -vxF "$$early"$$'\n'"$$later" <<<"$$all" || true); \
 	mapfile -t early_pkgs <<<"$$early"; mapfile -t later_pkgs < <(grep . <<<"$$later"); \
-	log=$$(mktemp); status=0; \
+	log=$$(mktemp); out=$$(mktemp); status=0; \
 	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -p $(words $(E2E_EARLY)) -count=1 -timeout 45m "$${early_pkgs[@]}") >"$$log" 2>&1 & bg=$$!; \
-	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./... || status=1; \
-	$(GO) test -count=1 -tags failpoints ./internal/failpoint/ ./internal/task/ || status=1; \
-	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 45m "$${later_pkgs[@]}") || status=1; \
-	wait $$bg || status=1; cat "$$log"; rm -f "$$log"; exit $$status
+	AKS_FLEX_NODE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./... 2>&1 | tee -a "$$out" || status=1; \
+	$(GO) test -count=1 -tags failpoints ./internal/failpoint/ ./internal/task/ 2>&1 | tee -a "$$out" || status=1; \
+	(cd test/e2e && AKS_FLEX_NODE_E2E=1 $(GO) test -count=1 -timeout 45m "$${later_pkgs[@]}") 2>&1 | tee -a "$$out" || status=1; \
+	wait $$bg || status=1; tee -a "$$out" <"$$log"; \
+	if [ "$$status" != 0 ]; then test/failsummary/failures.sh "$$out"; fi; rm -f "$$log" "$$out"; exit $$status
 
 # Unit tests only: no root, no nspawn, no cluster.
 unit:
