@@ -305,26 +305,39 @@ func (e *env) currentAgentSum(t *testing.T) string {
 }
 
 // checkSlotsOf checks the rollout's slots: failed "" wants none held;
-// otherwise one held by this node, marked failed with that reason.
+// otherwise one held by this node, marked failed with that reason. It
+// waits for them (30 s at most): the agent writes Updated on the Node
+// before it frees the slot (agent_work.go), so a slot can still be held
+// for a moment after the Node says Updated.
 func (e *env) checkSlotsOf(t *testing.T, rollout, failed string) {
 	t.Helper()
 	store, err := fleet.NewSlotStore(e.cp.AdminConfig, nil, v1alpha1.Namespace)
 	must(t, err)
-	list, err := store.List(e.ctx)
-	must(t, err)
-	held := map[string]string{}
-	for _, l := range list.Items {
-		if !strings.HasPrefix(l.Name, rollout+"-slot-") || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-			continue
+	var held map[string]string
+	err = wait.PollUntilContextTimeout(e.ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := store.List(ctx)
+		if err != nil {
+			return false, nil
 		}
-		if h, ok := fleet.ParseHolder(*l.Spec.HolderIdentity); ok {
-			held[h.Node] = l.Annotations[fleet.AnnotationFailedReason]
+		held = map[string]string{}
+		for _, l := range list.Items {
+			if !strings.HasPrefix(l.Name, rollout+"-slot-") || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+				continue
+			}
+			if h, ok := fleet.ParseHolder(*l.Spec.HolderIdentity); ok {
+				held[h.Node] = l.Annotations[fleet.AnnotationFailedReason]
+			}
 		}
-	}
+		if failed == "" {
+			return len(held) == 0, nil
+		}
+		return len(held) == 1 && held[nodeName] == failed, nil
+	})
 	switch {
-	case failed == "" && len(held) > 0:
-		t.Errorf("slots of %s still held: %v", rollout, held)
-	case failed != "" && (len(held) != 1 || held[nodeName] != failed):
+	case err == nil:
+	case failed == "":
+		t.Errorf("slots of %s still held after 30 s: %v", rollout, held)
+	default:
 		t.Errorf("slots of %s: %v, want %s's, failed %s", rollout, held, nodeName, failed)
 	}
 }
