@@ -48,6 +48,10 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) error, began time.Time) (*state.Repave, error) {
 	o := r.opts
 	store := state.Open(o.Layout)
+	// A repave or start killed mid-write left its pending state files.
+	if err := store.RemovePending(); err != nil {
+		return nil, err
+	}
 	if err := r.recoverInterrupted(ctx); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/Azure/aks-flex-node/internal/metrics"
 	"github.com/Azure/aks-flex-node/internal/node"
 	"github.com/Azure/aks-flex-node/internal/nodelock"
+	"github.com/Azure/aks-flex-node/internal/state"
 	"github.com/Azure/aks-flex-node/internal/task"
 )
 
@@ -210,6 +211,10 @@ func (s *Start) Run(ctx context.Context, pf Preflight) (changed bool, err error)
 		return false, err
 	}
 	defer lock.Release()
+	// A start or repave killed mid-write left its pending state files.
+	if err := state.Open(s.opts.Layout).RemovePending(); err != nil {
+		return false, err
+	}
 	if err := s.adoptGoal(&pf); err != nil {
 		return false, err
 	}

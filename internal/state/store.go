@@ -1,6 +1,12 @@
 package state
 
-import "github.com/Azure/aks-flex-node/internal/layout"
+import (
+	"errors"
+	"path/filepath"
+
+	"github.com/Azure/aks-flex-node/internal/fsutil"
+	"github.com/Azure/aks-flex-node/internal/layout"
+)
 
 // Store is the node's record in one state dir: the applied state and the
 // blue/green sides. Every reader and writer of those files goes through
@@ -41,6 +47,19 @@ func (s Store) RecordRepair(r Repair) error { return recordRepair(s.dir, r) }
 
 // Repairs are the agent's last repairs, oldest first.
 func (s Store) Repairs() ([]Repair, error) { return lastRepairs(s.dir) }
+
+// RemovePending removes what writes of the store's files cut short by
+// kill -9 or a power cut left beside them (renameio's pending files,
+// fsutil.RemovePending): no later write reuses such a name, so without
+// this a crashed start's ".created.json<digits>" stays for good. The
+// caller holds the node lock, as every writer of these files does.
+func (s Store) RemovePending() error {
+	var errs []error
+	for _, name := range []string{AppliedFile, AppliedFile + ".sha256", TrackerFile, SidesFile, RepairsFile} {
+		errs = append(errs, fsutil.RemovePending(filepath.Join(s.dir, name)))
+	}
+	return errors.Join(errs...)
+}
 
 // Tracker is the install tracker (empty when there is none yet).
 func (s Store) Tracker() (*Tracker, error) { return openTracker(s.dir) }

@@ -3,7 +3,11 @@ package state
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/google/renameio/v2"
 
 	"github.com/Azure/aks-flex-node/internal/layout"
 )
@@ -78,5 +82,63 @@ func TestActiveMachine(t *testing.T) {
 	}
 	if got := s.ActiveMachine(); got != layout.MachineBlue {
 		t.Errorf("unreadable state: %s, want %s", got, layout.MachineBlue)
+	}
+}
+
+// A write cut short leaves renameio's pending file beside the store's
+// file; RemovePending removes those of every file the store writes and
+// nothing else: the files themselves, and another writer's pending
+// files, stay.
+func TestRemovePendingRemovesCrashedWritesOfTheStoresFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := OpenDir(dir)
+	if _, err := s.SaveApplied(Applied{NodeName: "n1", Machine: "kube1"}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.Tracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Add("/etc/x"); err != nil {
+		t.Fatal(err)
+	}
+	// What a writer killed before its rename leaves: a pending file made
+	// by the same library the store writes with (in the file's own dir,
+	// as fsutil makes them), never closed.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, name := range []string{AppliedFile, AppliedFile + ".sha256", TrackerFile, SidesFile, RepairsFile, "rollout.json"} {
+		f, err := renameio.NewPendingFile(name, renameio.WithRoot(root))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("half")); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.File.Close() // the process died: no rename, no cleanup
+	}
+	if err := s.RemovePending(); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	slices.Sort(left)
+	if len(left) != 4 || !strings.HasPrefix(left[0], ".rollout.json") || !slices.Equal(left[1:], []string{TrackerFile, AppliedFile, AppliedFile + ".sha256"}) {
+		t.Fatalf("left in the state dir: %q, want the store's three files and the other writer's pending file", left)
+	}
+	if a, err := s.Applied(); err != nil || a.NodeName != "n1" {
+		t.Fatalf("the applied state after RemovePending: %+v, %v", a, err)
+	}
+	if err := OpenDir(filepath.Join(dir, "absent")).RemovePending(); err != nil {
+		t.Fatalf("a store without a dir: %v", err)
 	}
 }
