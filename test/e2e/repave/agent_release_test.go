@@ -15,9 +15,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/Azure/aks-flex-node/internal/clusterprep"
 	"github.com/Azure/aks-flex-node/internal/fleet"
@@ -113,8 +118,8 @@ func (e *env) agentAndNodeRelease(t *testing.T, url string, bin []byte) {
 		return nr.Rollout == "agent-and-node" && nr.Phase == fleet.PhaseUpdated
 	})
 	took := time.Since(began)
-	// The Node is polled: a drain with nothing to evict can pass between
-	// two looks, the switch (seconds) cannot.
+	// The drain is not required: with nothing to evict it may not be
+	// reported as a step of its own.
 	if a, sw := slices.Index(steps, fleet.StepAgent), slices.Index(steps, fleet.StepSwitch); a < 0 || sw < a || slices.Index(steps[a:], fleet.StepDrain) > slices.Index(steps[a:], fleet.StepSwitch) {
 		t.Errorf("steps seen %v: want agent, then (drain and) switch", steps)
 	}
@@ -160,8 +165,7 @@ func (e *env) brokenAgentRelease(t *testing.T, url string, broken, lastGood []by
 	if out, err := exec.CommandContext(e.ctx, cli, "fleet", "resume", "agent-broken", "--kubeconfig", e.cp.AdminKubeconfig).CombinedOutput(); err != nil {
 		t.Fatalf("fleet resume: %v\n%s", err, out)
 	}
-	// Failed again with a later Since: it left Failed and came back (its
-	// Staged and Updating last a second or two, between two polls).
+	// Failed again with a later Since: it left Failed and came back.
 	e.waitRelease(t, "agent-broken retried and Failed at agent again", 5*time.Minute, func(nr fleet.NodeRelease) bool {
 		return nr.Rollout == "agent-broken" && nr.Phase == fleet.PhaseFailed && nr.Since.After(first)
 	})
@@ -253,29 +257,57 @@ func (e *env) deleteRollout(t *testing.T, name string) {
 }
 
 // waitRelease waits for the node's FlexNodeRelease condition to satisfy
-// ok, logging each one it sees.
+// ok, logging each one it sees. It watches the Node, so ok sees every
+// update the agent wrote (a step that lasts less than a poll interval
+// included: a drain with nothing to evict does); a watch that ends is
+// taken up again from a fresh read.
 func (e *env) waitRelease(t *testing.T, what string, within time.Duration, ok func(fleet.NodeRelease) bool) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, within)
+	defer cancel()
 	last := ""
-	err := wait.PollUntilContextTimeout(e.ctx, 500*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		n, err := e.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
+	look := func(n *corev1.Node) bool {
 		nr, found, err := fleet.ReadNodeRelease(n)
 		if !found || err != nil {
-			return false, nil
+			return false
 		}
 		if s := nr.String(); s != last {
 			t.Logf("node: %s", s)
 			last = s
 		}
-		return ok(nr), nil
-	})
-	if err != nil {
-		j, _, _ := e.h.Run(context.Background(), "journalctl", "--no-pager", "-n", "120", "-u", "aks-flex-node-agent", "-u", "aks-flex-node-recovery")
-		t.Fatalf("%s: never (last %q): %v\njournal:\n%s", what, last, err, j)
+		return ok(nr)
 	}
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+		return e.cp.Client.CoreV1().Nodes().Watch(ctx, o)
+	}}
+	err := ctx.Err()
+	for ctx.Err() == nil {
+		var n *corev1.Node
+		if n, err = e.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err == nil {
+			if look(n) {
+				return
+			}
+			var w *watchtools.RetryWatcher
+			if w, err = watchtools.NewRetryWatcherWithContext(ctx, n.ResourceVersion, lw); err == nil {
+				_, err = watchtools.UntilWithoutRetry(ctx, w, func(ev watch.Event) (bool, error) {
+					n, isNode := ev.Object.(*corev1.Node)
+					return isNode && look(n), nil
+				})
+				w.Stop()
+				if err == nil {
+					return
+				}
+			}
+		}
+		// The watch ended (its resource version too old, say): read again.
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	j, _, _ := e.h.Run(context.Background(), "journalctl", "--no-pager", "-n", "120", "-u", "aks-flex-node-agent", "-u", "aks-flex-node-recovery")
+	t.Fatalf("%s: never within %v (last %q): %v\njournal:\n%s", what, within, last, err, j)
 }
 
 func (e *env) release(t *testing.T) fleet.NodeRelease {
