@@ -21,8 +21,8 @@ fi
 awk -v keep=3 -v width=240 -v most=10 '
 function indent(s) { match(s, /^ */); return RLENGTH }
 function fits(s, tier) {
-	if (tier == 1) return s ~ /want|timed out|unexpected|panic/
-	if (tier == 2) return s ~ /fail|error|not |refused|denied|timeout/
+	if (tier == 1) return s ~ /want|timed out|unexpected|panic|expected|never/
+	if (tier == 2) return s ~ /fail|error|not |refused|denied|is left|missing|got /
 	return 1
 }
 function cut(s) { sub(/^ +/, "", s); return length(s) > width ? substr(s, 1, width) "..." : s }
