@@ -22,6 +22,9 @@ import (
 func (e *env) blockedDrain(t *testing.T, w *workload) {
 	r, log, err := e.nodeUpgrade(t, "--kubernetes-version", version, "--image", worker2Ref, "--drain-timeout", "15s")
 	if err == nil || r.Result != "failed" {
+		// It flaked once in a loaded run (stop 34): what the disruption
+		// controller and the workload said then is the evidence.
+		w.describe(t)
 		t.Fatalf("node upgrade through a blocking budget: %v, record %+v", err, r)
 	}
 	if !strings.Contains(log, "pods left after 15s") || !strings.Contains(log, "a PodDisruptionBudget refuses its eviction") {

@@ -85,6 +85,25 @@ func (w *workload) waitRunning(t *testing.T) []string {
 	return names
 }
 
+// describe logs the budget's status and the workload's pods and their
+// Events: the evidence when the budget did not do what a test expected.
+func (w *workload) describe(t *testing.T) {
+	t.Helper()
+	if p, err := w.c.PolicyV1().PodDisruptionBudgets("default").Get(w.ctx, app, metav1.GetOptions{}); err == nil {
+		t.Logf("budget %s: generation %d, status %+v", app, p.Generation, p.Status)
+	}
+	if pods, err := w.c.CoreV1().Pods("default").List(w.ctx, metav1.ListOptions{LabelSelector: "app=" + app}); err == nil {
+		for _, p := range pods.Items {
+			t.Logf("pod %s: node %q, phase %s, deleted %v, created %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp, p.CreationTimestamp)
+		}
+	}
+	if evs, err := w.c.CoreV1().Events("default").List(w.ctx, metav1.ListOptions{}); err == nil {
+		for _, ev := range evs.Items {
+			t.Logf("event %s %s/%s: %s: %s", ev.LastTimestamp.Format(time.RFC3339), ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+		}
+	}
+}
+
 // relaxBudget lets the drain evict both pods: on a one-node cluster no
 // pod evicted can come back elsewhere, so minAvailable 1 blocks a drain
 // for good (pdb-blocks-the-drain shows it does).
