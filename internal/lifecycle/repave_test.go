@@ -268,6 +268,41 @@ func TestWaitNodeVersionNeedsTheNewKubelet(t *testing.T) {
 	}
 }
 
+// A rollback whose Node was deleted mid-switch (an operator did; the
+// fleet rollout e2e does) still stops the new side: the Node's absence
+// failed it before, and the old side stayed stopped until the agent's
+// recovery. The mark handed on is the moment it stopped, so a Ready the
+// stopped kubelet posted does not count for the side that starts next.
+func TestStopNewMachineWhenTheNodeIsGone(t *testing.T) {
+	h := newFakeHost(t, "kube2", "1.35.4")
+	r, _ := newTestRepave(t, h, "kube1", "1.34.2")
+	if err := h.cs.CoreV1().Nodes().Delete(t.Context(), "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hb := task.NewOutput[time.Time]("stop-new-machine")
+	before := time.Now().Truncate(time.Second)
+	res, err := StopNewMachine(r.to, r.client, "n1", hb).Do(t.Context())
+	if err != nil {
+		t.Fatalf("stop-new-machine without a Node: %v", err)
+	}
+	if h.state["kube2"] != "inactive" || !res.Changed || !strings.Contains(res.Detail, "Node n1 is gone") {
+		t.Errorf("stop-new-machine without a Node: kube2 %s, result %+v", h.state["kube2"], res)
+	}
+	if got, err := hb.Get(); err != nil || got.Before(before) || got.After(time.Now()) {
+		t.Errorf("the mark without a Node: %v (%v), want the moment kube2 stopped (after %v)", got, err, before)
+	}
+	// With the Node there, the mark is its last heartbeat, as always.
+	h2 := newFakeHost(t, "kube2", "1.35.4")
+	r2, _ := newTestRepave(t, h2, "kube1", "1.34.2")
+	hb2 := task.NewOutput[time.Time]("stop-new-machine")
+	if _, err := StopNewMachine(r2.to, r2.client, "n1", hb2).Do(t.Context()); err != nil {
+		t.Fatalf("stop-new-machine with the Node: %v", err)
+	}
+	if got, _ := hb2.Get(); !got.Equal(h2.clock) {
+		t.Fatalf("the mark with the Node: %v, want its last heartbeat %v", got, h2.clock)
+	}
+}
+
 // taskOutput runs stop-active-machine, which hands the heartbeat on.
 func taskOutput(t *testing.T, r *Repave, h *fakeHost) *task.Output[time.Time] {
 	if _, err := StopActiveMachine(r.from, r.client, "n1", r.heartbeat).Do(t.Context()); err != nil {
