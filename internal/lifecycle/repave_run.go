@@ -39,6 +39,11 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 		return nil, err
 	}
 	defer lock.Release()
+	// A repave or start killed mid-write left its pending state files
+	// (a start that repaves removed them as it took the lock).
+	if err := state.Open(o.Layout).RemovePending(); err != nil {
+		return nil, err
+	}
 	return r.runLocked(ctx, func(ctx context.Context) error { return r.preflight(ctx, pf) }, began)
 }
 
@@ -48,10 +53,6 @@ func (r *Repave) Run(ctx context.Context, pf Preflight) (*state.Repave, error) {
 func (r *Repave) runLocked(ctx context.Context, checks func(context.Context) error, began time.Time) (*state.Repave, error) {
 	o := r.opts
 	store := state.Open(o.Layout)
-	// A repave or start killed mid-write left its pending state files.
-	if err := store.RemovePending(); err != nil {
-		return nil, err
-	}
 	if err := r.recoverInterrupted(ctx); err != nil {
 		return nil, err
 	}
