@@ -1,7 +1,6 @@
 package repave
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -9,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/Azure/aks-flex-node/internal/fleet"
 )
@@ -134,24 +131,5 @@ func (e *env) fleetRollback(t *testing.T) {
 // waitPhase waits for the node's FlexNodeRelease condition to say phase.
 func (e *env) waitPhase(t *testing.T, phase fleet.Phase, within time.Duration) {
 	t.Helper()
-	last := ""
-	err := wait.PollUntilContextTimeout(e.ctx, time.Second, within, true, func(ctx context.Context) (bool, error) {
-		n, err := e.cp.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		nr, ok, err := fleet.ReadNodeRelease(n)
-		if ok && err == nil {
-			if s := nr.String(); s != last {
-				t.Logf("node: %s", s)
-				last = s
-			}
-			return nr.Phase == phase, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		j, _, _ := e.h.Run(context.Background(), "journalctl", "--no-pager", "-n", "80", "-u", "aks-flex-node-agent")
-		t.Fatalf("the node never reported %s (last %q): %v\nagent:\n%s", phase, last, err, j)
-	}
+	e.waitRelease(t, "the node reports "+string(phase), within, func(nr fleet.NodeRelease) bool { return nr.Phase == phase })
 }
